@@ -1,0 +1,49 @@
+# pollux-nomad — see README.md. CI runs `make ci` through .ci/run.
+GO      ?= go
+BIN     ?= bin
+PKGS    := ./...
+# Packages that must stay free of Nomad and Consul imports.
+PURE    := ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./report/...
+FUZZTIME ?= 20s
+
+.PHONY: help build test lint check bench fuzz fidelity quality demo ci clean
+
+help: ## show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/pollux
+	$(GO) build -o $(BIN)/pollux ./cmd/pollux
+
+test: ## run all tests (unit, property, fidelity, quality)
+	$(GO) test -count=1 -timeout 60m $(PKGS)
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+check: lint ## lint + dependency direction (pure packages import no Nomad/Consul)
+	@bad=$$($(GO) list -deps $(PURE) | grep -E 'github.com/hashicorp/(nomad|consul)' || true); \
+	  if [ -n "$$bad" ]; then echo "pure packages import HashiCorp APIs:"; echo "$$bad"; exit 1; fi; \
+	  echo "dependency direction ok"
+
+bench: ## Go benchmarks (model fitting, goodput, policy rounds at 64/256/1024 GPUs)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime=20x ./model/ ./policy/ ./apps/
+
+fuzz: ## run each fuzz target for FUZZTIME
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./workload/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./metrics/
+
+fidelity: ## per-workload deviation of Tiresias/Optimus from the published JCTs
+	$(GO) test -count=1 -run 'TestFidelity' -v -timeout 60m ./sim/
+
+quality: ## Pollux vs published Pollux and vs Tiresias on generated workloads
+	$(GO) test -count=1 -run 'TestQuality' -v -timeout 60m ./sim/
+
+demo: build ## simulate workload 6 under Pollux on embedded defaults
+	./$(BIN)/pollux simulate -workload workload-6
+
+ci: check test ## what CI runs
+
+clean:
+	rm -rf $(BIN) out

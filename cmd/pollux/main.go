@@ -1,0 +1,80 @@
+// Command pollux is the Pollux goodput-optimising scheduler for Nomad: the
+// controller (agent), the trace-driven simulator and model tools. See the
+// README for usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// exitError carries an exit code: 1 runtime failure, 2 bad usage or input.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, a ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, a...)}
+}
+
+const usage = `Usage: pollux <command> [flags]
+
+Commands:
+  simulate   replay a workload on a simulated cluster (Pollux, Tiresias, Optimus)
+  fit        fit the goodput models to one metrics document and print predictions
+  agent      run the controller against Nomad and Consul (not in this build yet)
+  status     print the controller's last round (not in this build yet)
+  plan       show what the next round would do (not in this build yet)
+
+Run 'pollux <command> -h' for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if !errors.Is(err, errHelp) {
+			fmt.Fprintln(os.Stderr, "pollux:", err)
+		}
+		os.Exit(code)
+	}
+}
+
+// errHelp is returned after -h printed the usage.
+var errHelp = &exitError{code: 0, err: errors.New("help")}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageErr("missing command")
+	}
+	switch args[0] {
+	case "simulate":
+		return runSimulate(ctx, args[1:], stdout, stderr)
+	case "fit":
+		return runFit(args[1:], stdout, stderr)
+	case "agent", "status", "plan":
+		return &exitError{code: 1, err: fmt.Errorf("%s: the Nomad/Consul controller is not part of this build yet", args[0])}
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageErr("unknown command %q", args[0])
+	}
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/sim"
+)
+
+func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		workloadPath = fs.String("workload", "", "workload CSV (name,time,application,num_replicas,batch_size), or the name of an embedded one: workload-1 ... workload-8")
+		policies     = fs.String("policy", "pollux", "policy: pollux, tiresias, optimus, or a comma-separated list, or all")
+		profiles     = fs.String("profiles", "", "directory of application profiles (default: the copy embedded in the binary)")
+		nodes        = fs.Int("nodes", 16, "number of nodes")
+		gpus         = fs.Int("gpus-per-node", 4, "GPUs per node")
+		interval     = fs.Duration("interval", 60*time.Second, "scheduling interval")
+		seed         = fs.Int64("seed", 1, "random seed of the Pollux genetic algorithm")
+		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
+		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: pollux simulate -workload FILE [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *workloadPath == "" {
+		fs.Usage()
+		return usageErr("-workload is required")
+	}
+	if *nodes < 1 || *gpus < 1 || *interval <= 0 {
+		return usageErr("-nodes, -gpus-per-node and -interval must be positive")
+	}
+	names, err := parsePolicies(*policies)
+	if err != nil {
+		return err
+	}
+	applications, err := sim.LoadApplications(*profiles)
+	if err != nil {
+		return classify(err)
+	}
+	jobs, wlName, err := sim.LoadWorkload(*workloadPath, applications)
+	if err != nil {
+		return classify(err)
+	}
+	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Interval: *interval}
+
+	var runs []report.Run
+	for _, name := range names {
+		pol, err := sim.NewPolicy(name, *seed)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		s, err := sim.New(cfg, applications, jobs, wlName, pol)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		bar := newProgressBar(stderr, name, *asJSON)
+		r, err := s.Run(ctx, bar.update)
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("simulation of %s under %s failed: %w", wlName, name, err)
+		}
+		runs = append(runs, r)
+	}
+
+	sums := make([]report.Summary, len(runs))
+	for i, r := range runs {
+		sums[i] = report.Summarize(r)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, s := range sums {
+			if err := enc.Encode(s); err != nil {
+				return err
+			}
+		}
+	} else if err := report.WriteTable(stdout, sums); err != nil {
+		return err
+	}
+	if *outDir != "" {
+		if err := writeOutputs(*outDir, runs); err != nil {
+			return err
+		}
+		if !*asJSON {
+			fmt.Fprintf(stdout, "\nwrote per-job CSV and plots to %s\n", *outDir)
+		}
+	}
+	return nil
+}
+
+func parsePolicies(s string) ([]string, error) {
+	if s == "all" {
+		return slices.Clone(sim.PolicyNames), nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(sim.PolicyNames, p) {
+			return nil, usageErr("-policy: unknown policy %q (want pollux, tiresias, optimus or all)", p)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// classify maps input errors to exit code 2.
+func classify(err error) error {
+	if errors.Is(err, sim.ErrBadInput) {
+		return &exitError{code: 2, err: err}
+	}
+	return err
+}
+
+func writeOutputs(dir string, runs []report.Run) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("failed to create output directory: %w", err)
+	}
+	for _, r := range runs {
+		path := filepath.Join(dir, r.Workload+"-"+r.Policy+"-jobs.csv")
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("failed to write %s: %w", path, err)
+		}
+		werr := report.WriteJobsCSV(f, r)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fmt.Errorf("failed to write %s: %w", path, werr)
+		}
+	}
+	if err := report.WritePlots(dir, runs); err != nil {
+		return fmt.Errorf("failed to write plots: %w", err)
+	}
+	return nil
+}
+
+// progressBar draws simulated time and jobs done on stderr: redrawn in
+// place on a terminal, a line per 10% of jobs otherwise.
+type progressBar struct {
+	w       io.Writer
+	name    string
+	off     bool
+	tty     bool
+	last    time.Time
+	lastTen int
+	drawn   bool
+}
+
+func newProgressBar(w io.Writer, name string, quiet bool) *progressBar {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progressBar{w: w, name: name, off: quiet, tty: tty}
+}
+
+func (b *progressBar) update(p sim.Progress) {
+	if b.off || p.Total == 0 {
+		return
+	}
+	if b.tty {
+		if time.Since(b.last) < 100*time.Millisecond && p.Done < p.Total {
+			return
+		}
+		b.last = time.Now()
+		const width = 30
+		fill := p.Done * width / p.Total
+		fmt.Fprintf(b.w, "\r%-8s [%s%s] %3d/%d jobs done  t=%6.1fh  active %3d  GPUs busy %3d ",
+			b.name, strings.Repeat("#", fill), strings.Repeat(".", width-fill), p.Done, p.Total, p.Time/3600, p.Active, p.GPUsInUse)
+		b.drawn = true
+		return
+	}
+	if ten := p.Done * 10 / p.Total; ten > b.lastTen {
+		b.lastTen = ten
+		fmt.Fprintf(b.w, "%s: %d/%d jobs done at t=%.1fh\n", b.name, p.Done, p.Total, p.Time/3600)
+	}
+}
+
+func (b *progressBar) finish() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}

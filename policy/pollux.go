@@ -1,0 +1,525 @@
+package policy
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Defaults of PolluxConfig, the Pollux artifact's settings (simulator/
+// pollux.py; Pollux, OSDI '21, §4.2 and §5).
+const (
+	// PolluxDefaultPopulation is NSGA2(pop_size=100).
+	PolluxDefaultPopulation = 100
+	// PolluxDefaultGenerations is minimize(..., ("n_gen", 100)).
+	PolluxDefaultGenerations = 100
+	// PolluxDefaultFairnessP is the power-mean exponent p = −1.
+	PolluxDefaultFairnessP = -1.0
+	// PolluxDefaultRestartPenalty is the restart delay δ = 30 s.
+	PolluxDefaultRestartPenalty = 30.0
+	// PolluxDefaultMaxNodesPerJob is the artifact's max_nodes = 16.
+	PolluxDefaultMaxNodesPerJob = 16
+	// polluxMaxNodeGPUs bounds a node's GPUs: the matrix stores uint8.
+	polluxMaxNodeGPUs = 255
+	// polluxMaxAbsP bounds |p| so that (1e−3)^p stays finite.
+	polluxMaxAbsP = 100
+)
+
+// PolluxConfig configures the Pollux policy; the zero value gives the
+// artifact's settings.
+type PolluxConfig struct {
+	// Population is the number of solutions NSGA-II keeps, and of
+	// offspring it makes per generation. 0 means 100.
+	Population int
+	// Generations is the number of generations, counting the initial
+	// population as the first, as pymoo's ("n_gen", N) termination does.
+	// 0 means 100 (so 99 rounds of mating).
+	Generations int
+	// Seed seeds the random source. Round r (the r-th call of Optimize)
+	// draws from PCG(Seed, r), so the same seed and the same sequence of
+	// inputs give the same decisions.
+	Seed int64
+	// FairnessP is the power-mean exponent p of FITNESS_p (Pollux, OSDI
+	// '21, §4.2): more negative is fairer, 1 maximises the sum of
+	// speedups. 0 means the default −1 (the artifact's value), so the
+	// geometric mean (p = 0 in the paper) cannot be chosen. |p| must be
+	// at most 100.
+	FairnessP float64
+	// RestartPenalty is the restart delay δ in seconds used in the restart
+	// penalty factor max(T − R·δ, 0)/(T + δ). 0 means 30 (the artifact's
+	// value); a tiny positive value all but disables the penalty.
+	RestartPenalty float64
+	// DisableInterferenceAvoidance turns off the repair step that keeps
+	// two distributed jobs off one node. The default (false) avoids
+	// interference, as the artifact does.
+	DisableInterferenceAvoidance bool
+	// MaxNodesPerJob is the most nodes one job may span. 0 means 16 (the
+	// artifact's max_nodes, a no-op on its 16-node cluster).
+	MaxNodesPerJob int
+	// SeedFromWholePopulation seeds the next round with the whole final
+	// population instead of its first non-dominated front. The default
+	// (false) is the artifact's: pymoo's result.X, which PolluxPolicy saves
+	// as the next round's seed, holds only the first front.
+	SeedFromWholePopulation bool
+}
+
+// withDefaults fills the zero fields with the artifact's settings.
+func (c PolluxConfig) withDefaults() PolluxConfig {
+	if c.Population == 0 {
+		c.Population = PolluxDefaultPopulation
+	}
+	if c.Generations == 0 {
+		c.Generations = PolluxDefaultGenerations
+	}
+	if c.FairnessP == 0 {
+		c.FairnessP = PolluxDefaultFairnessP
+	}
+	if c.RestartPenalty == 0 {
+		c.RestartPenalty = PolluxDefaultRestartPenalty
+	}
+	if c.MaxNodesPerJob == 0 {
+		c.MaxNodesPerJob = PolluxDefaultMaxNodesPerJob
+	}
+	return c
+}
+
+// Validate reports every invalid field at once.
+func (c PolluxConfig) Validate() error {
+	var errs []error
+	if c.Population < 0 {
+		errs = append(errs, fmt.Errorf("population %d is negative", c.Population))
+	}
+	if c.Generations < 0 {
+		errs = append(errs, fmt.Errorf("generations %d is negative", c.Generations))
+	}
+	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > polluxMaxAbsP {
+		errs = append(errs, fmt.Errorf("fairness p %v is not in [-%d, %d]", c.FairnessP, polluxMaxAbsP, polluxMaxAbsP))
+	}
+	if math.IsNaN(c.RestartPenalty) || math.IsInf(c.RestartPenalty, 0) || c.RestartPenalty < 0 {
+		errs = append(errs, fmt.Errorf("restart penalty %v s is not a finite non-negative number", c.RestartPenalty))
+	}
+	if c.MaxNodesPerJob < 0 {
+		errs = append(errs, fmt.Errorf("max nodes per job %d is negative", c.MaxNodesPerJob))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid pollux configuration: %w", err)
+	}
+	return nil
+}
+
+// Stats describes the last round of PolluxPolicy, for logs and metrics.
+// The caller measures the duration.
+type Stats struct {
+	// Round is the 1-based index of the Optimize call; with the seed it
+	// names the round's random stream.
+	Round int
+	// Jobs and Nodes are the problem size.
+	Jobs, Nodes int
+	// Seeds is the number of seed states (before duplicates are dropped).
+	Seeds int
+	// Generations run, the initial population included.
+	Generations int
+	// Evaluations counts the states repaired and evaluated.
+	Evaluations int
+	// FrontSize is the size of the final first non-dominated front.
+	FrontSize int
+	// BestFitness and BestUtility are the objectives of the chosen
+	// allocation (FITNESS_p and UTILITY of Pollux, OSDI '21, §4.2).
+	BestFitness, BestUtility float64
+	// FallbackBases counts jobs whose model gave no positive goodput at
+	// the fair share, so the base fell back to 1 GPU (or to linear
+	// speedup).
+	FallbackBases int
+	// StoppedEarly is set when a generation produced no new offspring.
+	StoppedEarly bool
+	// Cancelled is set when the context ended the search early.
+	Cancelled bool
+}
+
+// PolluxPolicy is PolluxSched, the cluster-wide scheduling policy of
+// Pollux (Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for
+// Goodput-Optimized Deep Learning", OSDI '21, §4): a genetic algorithm
+// (NSGA-II) searches the jobs × nodes allocation matrices for the one with
+// the best power mean of the jobs' speedups, penalising restarts, as the
+// artifact's simulator/pollux.py does. It keeps the final population
+// between rounds to seed the next one, so it is not safe for concurrent
+// use.
+type PolluxPolicy struct {
+	cfg   PolluxConfig
+	round int
+	stats Stats
+
+	engine gaEngine
+	prob   polluxProblem
+
+	prevJobs   []string
+	prevNodes  []string
+	prevStates []uint8
+	prevStride int
+	prevCount  int
+	seeds      []uint8
+}
+
+var _ Policy = (*PolluxPolicy)(nil)
+
+// NewPollux returns a Pollux policy, or an error if cfg is invalid.
+func NewPollux(cfg PolluxConfig) (*PolluxPolicy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("failed to create pollux policy: %w", err)
+	}
+	return &PolluxPolicy{cfg: cfg.withDefaults()}, nil
+}
+
+// Name returns "pollux".
+func (p *PolluxPolicy) Name() string { return "pollux" }
+
+// LastStats returns the statistics of the last Optimize call.
+func (p *PolluxPolicy) LastStats() Stats { return p.stats }
+
+// Optimize returns the allocation of the round: each job's GPUs listed
+// node by node in the order of in.Nodes (for example [n1 n1 n3]); jobs
+// with no GPUs are omitted. Every returned allocation gives a job either
+// no GPUs or between MinReplicas and MaxReplicas, never exceeds a node's
+// capacity and, unless interference avoidance is disabled, never puts two
+// multi-node jobs on one node.
+//
+// Jobs are ordered by attained service, then submission time, then ID;
+// the order decides who loses GPUs first in repair. Allocations in
+// in.Current for unknown jobs or nodes are ignored. The first call seeds
+// the search with in.Current; later calls seed it with the previous
+// round's final first front, mapped by job and node ID (new jobs start
+// with no GPUs, vanished jobs and nodes are dropped).
+//
+// If ctx is already done, Optimize returns ctx's error. If ctx ends during
+// the search, it stops between generations and returns the best
+// allocation found so far with a nil error (LastStats().Cancelled is
+// set), so a deadline bounds the round's time. It returns an error
+// naming the job or node for invalid input.
+func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
+	}
+	if err := polluxCheckInput(in); err != nil {
+		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
+	}
+	p.round++
+	p.stats = Stats{Round: p.round, Jobs: len(in.Jobs), Nodes: len(in.Nodes)}
+	total := 0
+	for _, n := range in.Nodes {
+		total += n.GPUs
+	}
+	if len(in.Jobs) == 0 || total == 0 {
+		return Allocations{}, nil
+	}
+
+	order := polluxJobOrder(in.Jobs)
+	pr := &p.prob
+	p.stats.FallbackBases = pr.setup(in, order, total, p.cfg)
+	nSeeds := p.buildSeeds(in, order)
+	p.stats.Seeds = nSeeds
+
+	rng := rand.New(rand.NewPCG(uint64(p.cfg.Seed), uint64(p.round)))
+	e := &p.engine
+	e.reset(gaParams{
+		popSize:     p.cfg.Population,
+		generations: p.cfg.Generations,
+		crossProb:   0.9,
+		maxMatings:  100,
+		rows:        pr.rows,
+		cols:        pr.stride,
+	}, nSeeds)
+	res := e.run(ctx, rng, pr, p.seeds, nSeeds)
+	p.stats.Generations = res.generations
+	p.stats.Evaluations = res.evaluations
+	p.stats.StoppedEarly = res.stoppedEarly
+	p.stats.Cancelled = res.cancelled
+
+	// The artifact picks the solution of the first front with the best
+	// FITNESS (np.argmin of −FITNESS; the first one on ties).
+	best := int32(-1)
+	front := 0
+	for _, s := range e.pop {
+		if e.rank[s] != 0 {
+			continue
+		}
+		front++
+		if best < 0 || e.f0[s] < e.f0[best] {
+			best = s
+		}
+	}
+	p.stats.FrontSize = front
+	p.stats.BestFitness = -e.f0[best]
+	p.stats.BestUtility = -e.f1[best]
+	p.saveStates(in, order)
+
+	out := Allocations{}
+	x := e.state(best)
+	for j, ji := range order {
+		row := x[j*pr.stride : j*pr.stride+pr.cols]
+		var alloc []string
+		for n, v := range row {
+			for range v {
+				alloc = append(alloc, in.Nodes[n].ID)
+			}
+		}
+		if len(alloc) > 0 {
+			out[in.Jobs[ji].ID] = alloc
+		}
+	}
+	return out, nil
+}
+
+// polluxCheckInput reports every invalid job and node at once.
+func polluxCheckInput(in Input) error {
+	var errs []error
+	jobs := make(map[string]int, len(in.Jobs))
+	for i, j := range in.Jobs {
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("job %q (index %d): %s", j.ID, i, fmt.Sprintf(format, args...)))
+		}
+		if j.ID == "" {
+			bad("empty ID")
+		} else if k, dup := jobs[j.ID]; dup {
+			bad("same ID as job index %d", k)
+		} else {
+			jobs[j.ID] = i
+		}
+		if j.MinReplicas < 0 {
+			bad("min replicas %d is negative", j.MinReplicas)
+		}
+		if j.MaxReplicas < 1 {
+			bad("max replicas %d is below 1", j.MaxReplicas)
+		}
+		if j.MinReplicas > j.MaxReplicas {
+			bad("min replicas %d exceed max replicas %d", j.MinReplicas, j.MaxReplicas)
+		}
+		if !(j.Age >= 0) || math.IsInf(j.Age, 0) {
+			bad("age %v is not a finite non-negative number", j.Age)
+		}
+		if !(j.AttainedService >= 0) || math.IsInf(j.AttainedService, 0) {
+			bad("attained service %v is not a finite non-negative number", j.AttainedService)
+		}
+		if math.IsNaN(j.Submitted) || math.IsInf(j.Submitted, 0) {
+			bad("submission time %v is not finite", j.Submitted)
+		}
+		if j.NumRestarts < 0 {
+			bad("restart count %d is negative", j.NumRestarts)
+		}
+	}
+	nodes := make(map[string]int, len(in.Nodes))
+	for i, n := range in.Nodes {
+		if n.ID == "" {
+			errs = append(errs, fmt.Errorf("node at index %d: empty ID", i))
+		} else if k, dup := nodes[n.ID]; dup {
+			errs = append(errs, fmt.Errorf("node %q (index %d): same ID as node index %d", n.ID, i, k))
+		} else {
+			nodes[n.ID] = i
+		}
+		if n.GPUs < 0 || n.GPUs > polluxMaxNodeGPUs {
+			errs = append(errs, fmt.Errorf("node %q (index %d): %d GPUs is outside [0, %d]", n.ID, i, n.GPUs, polluxMaxNodeGPUs))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid input: %w", err)
+	}
+	return nil
+}
+
+// polluxJobOrder returns the indices of jobs in priority order: attained
+// service ascending, then submission time, then ID (artifact pollux.py
+// optimize; pinned jobs do not exist here).
+func polluxJobOrder(jobs []Job) []int {
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ja, jb := &jobs[a], &jobs[b]
+		if c := cmp.Compare(ja.AttainedService, jb.AttainedService); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(ja.Submitted, jb.Submitted); c != 0 {
+			return c
+		}
+		return cmp.Compare(ja.ID, jb.ID)
+	})
+	return order
+}
+
+// setup builds the round's problem, reusing buffers, and returns the
+// number of jobs whose fair-share base fell back.
+//
+// The speedup base is the fair-share goodput (Pollux, OSDI '21, §4.1;
+// artifact pollux.py Problem.__init__): with d = 1 GPU / total GPUs the
+// dominant share of one replica, K_f = ceil(1/(d·J)) GPUs on
+// N_f = ceil(#nodes·d) nodes, base_j = GOODPUT_j(N_f, K_f). Where a model
+// gives no positive goodput there (possible only far outside the
+// artifact's 64-GPU setting, when K_f GPUs exceed the job's batch-size
+// limits), the base falls back to GOODPUT_j(1, 1), speedup.py's own base,
+// and if that fails too the job is treated as unprofiled (speedup K/K_f).
+func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfig) int {
+	rows, cols := len(order), len(in.Nodes)
+	pr.rows, pr.cols = rows, cols
+	pr.stride = (cols + 7) / 8 * 8
+	pr.words = pr.stride / 8
+	pr.p = cfg.FairnessP
+	pr.avoid = !cfg.DisableInterferenceAvoidance
+	pr.maxNodes = int32(min(cfg.MaxNodesPerJob, cols))
+	pr.scale = float64(cols) / float64(total)
+	fairK := (total + rows - 1) / rows
+	fairN := (cols + total - 1) / total
+	pr.fairK = float64(fairK)
+
+	pr.capacity = gaGrow(pr.capacity, cols)
+	nodeIdx := make(map[string]int, cols)
+	for n, node := range in.Nodes {
+		pr.capacity[n] = int32(node.GPUs)
+		nodeIdx[node.ID] = n
+	}
+	pr.maxRep = gaGrow(pr.maxRep, rows)
+	pr.minRep = gaGrow(pr.minRep, rows)
+	pr.factor = gaGrow(pr.factor, rows)
+	pr.models = gaGrow(pr.models, rows)
+	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
+	pr.tabOff = gaGrow(pr.tabOff, rows)
+	pr.tabStride = gaGrow(pr.tabStride, rows)
+	pr.base = gaGrow(pr.base, rows*pr.stride)
+	clear(pr.base)
+	fallbacks := 0
+	size := int32(0)
+	for j, ji := range order {
+		job := &in.Jobs[ji]
+		maxK := min(job.MaxReplicas, total)
+		pr.maxRep[j] = int32(maxK)
+		pr.minRep[j] = int32(job.MinReplicas)
+		pr.factor[j] = polluxRestartFactor(job.Age, job.NumRestarts, cfg.RestartPenalty)
+		pr.tabOff[j] = size
+		pr.tabStride[j] = int32(maxK + 1)
+		size += int32((min(int(pr.maxNodes), maxK) + 1) * (maxK + 1))
+		pr.models[j] = job.Goodput
+		if m := job.Goodput; m != nil {
+			b := m.Goodput(fairN, fairK)
+			if !(b > 0) || math.IsInf(b, 0) {
+				fallbacks++
+				b = m.Goodput(1, 1)
+				if !(b > 0) || math.IsInf(b, 0) {
+					pr.models[j] = nil
+				}
+			}
+			pr.baseGoodput[j] = b
+		}
+		row := pr.base[j*pr.stride : j*pr.stride+cols]
+		for _, id := range in.Current[job.ID] {
+			if n, ok := nodeIdx[id]; ok && row[n] < polluxMaxNodeGPUs {
+				row[n]++
+			}
+		}
+	}
+	pr.table = gaGrow(pr.table, int(size))
+	for i := range pr.table {
+		pr.table[i] = -1
+	}
+
+	pr.skip10 = gaSkipScale(0.1)
+	pr.skipJobs = gaSkipScale(1 / float64(rows))
+	pr.skipPres = gaGrow(pr.skipPres, rows+1)
+	pr.skipPres[0] = gaSkipScale(0)
+	for a := 1; a <= rows; a++ {
+		pr.skipPres[a] = gaSkipScale(1 / float64(a))
+	}
+	pr.dist = gaGrow(pr.dist, rows)
+	pr.cnt = gaGrow(pr.cnt, pr.stride)
+	pr.used = gaGrow(pr.used, pr.stride)
+	pr.colsum = gaGrow(pr.colsum, pr.stride)
+	pr.presLen = gaGrow(pr.presLen, pr.stride)
+	pr.pres = gaGrow(pr.pres, rows*pr.stride)
+	if cap(pr.hits) < rows {
+		pr.hits = make([]int32, 0, rows)
+	}
+	if cap(pr.idx) < cols {
+		pr.idx = make([]int32, 0, cols)
+	}
+	return fallbacks
+}
+
+// buildSeeds writes the seed states into p.seeds and returns their count:
+// the current allocation on the first round, else the saved states of the
+// previous round mapped by job and node ID (artifact pollux.py
+// _adapt_prev_states).
+func (p *PolluxPolicy) buildSeeds(in Input, order []int) int {
+	pr := &p.prob
+	size := pr.rows * pr.stride
+	if p.prevCount == 0 {
+		p.seeds = append(p.seeds[:0], pr.base...)
+		return 1
+	}
+	prevJob := make(map[string]int, len(p.prevJobs))
+	for i, id := range p.prevJobs {
+		prevJob[id] = i
+	}
+	prevNode := make(map[string]int, len(p.prevNodes))
+	for i, id := range p.prevNodes {
+		prevNode[id] = i
+	}
+	srcJob := make([]int, pr.rows)
+	for j, ji := range order {
+		if i, ok := prevJob[in.Jobs[ji].ID]; ok {
+			srcJob[j] = i
+		} else {
+			srcJob[j] = -1
+		}
+	}
+	srcNode := make([]int, pr.cols)
+	for n, node := range in.Nodes {
+		if i, ok := prevNode[node.ID]; ok {
+			srcNode[n] = i
+		} else {
+			srcNode[n] = -1
+		}
+	}
+	p.seeds = gaGrow(p.seeds, p.prevCount*size)
+	clear(p.seeds)
+	prevSize := len(p.prevJobs) * p.prevStride
+	for k := range p.prevCount {
+		src := p.prevStates[k*prevSize : (k+1)*prevSize]
+		dst := p.seeds[k*size : (k+1)*size]
+		for j, sj := range srcJob {
+			if sj < 0 {
+				continue
+			}
+			for n, sn := range srcNode {
+				if sn >= 0 {
+					dst[j*pr.stride+n] = src[sj*p.prevStride+sn]
+				}
+			}
+		}
+	}
+	return p.prevCount
+}
+
+// saveStates keeps the final first front (or the whole population) with
+// the job and node IDs that index it, to seed the next round.
+func (p *PolluxPolicy) saveStates(in Input, order []int) {
+	e := &p.engine
+	p.prevJobs = p.prevJobs[:0]
+	for _, ji := range order {
+		p.prevJobs = append(p.prevJobs, in.Jobs[ji].ID)
+	}
+	p.prevNodes = p.prevNodes[:0]
+	for _, n := range in.Nodes {
+		p.prevNodes = append(p.prevNodes, n.ID)
+	}
+	p.prevStride = p.prob.stride
+	p.prevStates = p.prevStates[:0]
+	p.prevCount = 0
+	for _, s := range e.pop {
+		if e.rank[s] == 0 || p.cfg.SeedFromWholePopulation {
+			p.prevStates = append(p.prevStates, e.state(s)...)
+			p.prevCount++
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/policytest"
+)
+
+// BenchmarkPolluxOptimize measures one scheduling round with the
+// artifact's settings (population 100, 100 generations) on clusters of 4
+// GPUs per node with about 0.7 jobs per GPU, from a warm policy (seeded by
+// the previous round, as in steady operation).
+func BenchmarkPolluxOptimize(b *testing.B) {
+	for _, size := range []struct{ nodes, jobs int }{{16, 45}, {64, 180}, {256, 720}} {
+		b.Run(fmt.Sprintf("gpus=%d", size.nodes*4), func(b *testing.B) {
+			in := policytest.ClusterInput(1, size.nodes, 4, size.jobs)
+			p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := p.Optimize(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := p.Optimize(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(p.LastStats().Evaluations), "evals/op")
+		})
+	}
+}

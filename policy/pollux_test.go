@@ -1,0 +1,490 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/policytest"
+)
+
+// Small GA settings keep the property tests fast; the scenario tests use
+// the artifact's settings.
+var quickConfig = policy.PolluxConfig{Population: 20, Generations: 15}
+
+func newPollux(t testing.TB, cfg policy.PolluxConfig) *policy.PolluxPolicy {
+	t.Helper()
+	p, err := policy.NewPollux(cfg)
+	if err != nil {
+		t.Fatalf("NewPollux(%+v): %v", cfg, err)
+	}
+	return p
+}
+
+func optimize(t testing.TB, p *policy.PolluxPolicy, in policy.Input) policy.Allocations {
+	t.Helper()
+	out, err := p.Optimize(context.Background(), in)
+	if err != nil {
+		t.Fatalf("Optimize: %v", err)
+	}
+	return out
+}
+
+func TestPolluxConfigValidate(t *testing.T) {
+	tests := map[string]struct {
+		cfg     policy.PolluxConfig
+		wantErr []string // substrings of the error; none means valid
+	}{
+		"zero value is the artifact's":    {cfg: policy.PolluxConfig{}},
+		"explicit artifact settings":      {cfg: policy.PolluxConfig{Population: 100, Generations: 100, FairnessP: -1, RestartPenalty: 30, MaxNodesPerJob: 16}},
+		"p = +1":                          {cfg: policy.PolluxConfig{FairnessP: 1}},
+		"p = -10":                         {cfg: policy.PolluxConfig{FairnessP: -10}},
+		"negative population":             {cfg: policy.PolluxConfig{Population: -1}, wantErr: []string{"population -1"}},
+		"negative generations":            {cfg: policy.PolluxConfig{Generations: -5}, wantErr: []string{"generations -5"}},
+		"NaN p":                           {cfg: policy.PolluxConfig{FairnessP: math.NaN()}, wantErr: []string{"fairness p NaN"}},
+		"p too large":                     {cfg: policy.PolluxConfig{FairnessP: -1000}, wantErr: []string{"fairness p -1000"}},
+		"negative restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: -30}, wantErr: []string{"restart penalty -30"}},
+		"infinite restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: math.Inf(1)}, wantErr: []string{"restart penalty +Inf"}},
+		"negative max nodes":              {cfg: policy.PolluxConfig{MaxNodesPerJob: -2}, wantErr: []string{"max nodes per job -2"}},
+		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
+		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
+		"NewPollux refuses what Validate": {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"population -3"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			_, newErr := policy.NewPollux(tc.cfg)
+			if len(tc.wantErr) == 0 {
+				if err != nil || newErr != nil {
+					t.Fatalf("Validate() = %v, NewPollux error = %v, want both nil", err, newErr)
+				}
+				return
+			}
+			if err == nil || newErr == nil {
+				t.Fatalf("Validate() = %v, NewPollux error = %v, want both errors", err, newErr)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Validate() = %q, want it to mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPolluxZeroFairnessMeansMinusOne(t *testing.T) {
+	in := policytest.ClusterInput(3, 4, 4, 10)
+	zero := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 7}), in)
+	minusOne := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 7, FairnessP: -1}), in)
+	if diff := cmp.Diff(minusOne, zero); diff != "" {
+		t.Errorf("p = 0 (default) and p = -1 differ (-p=-1 +p=0):\n%s", diff)
+	}
+}
+
+func TestPolluxDeterministic(t *testing.T) {
+	tests := map[string]struct {
+		cfg policy.PolluxConfig
+		in  policy.Input
+	}{
+		"64 GPUs, 45 jobs, artifact settings": {cfg: policy.PolluxConfig{Seed: 42}, in: policytest.ClusterInput(1, 16, 4, 45)},
+		"odd cluster, p = +1":                 {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, Population: 30, Generations: 30}, in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true})},
+		"no interference avoidance":           {cfg: policy.PolluxConfig{Seed: 5, DisableInterferenceAvoidance: true, Population: 30, Generations: 30}, in: policytest.ClusterInput(2, 8, 4, 20)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			run := func() []policy.Allocations {
+				p := newPollux(t, tc.cfg)
+				var outs []policy.Allocations
+				in := tc.in
+				for range 3 {
+					out := optimize(t, p, in)
+					outs = append(outs, out)
+					in.Current = out
+					in.Now += 60
+				}
+				return outs
+			}
+			first, second := run(), run()
+			if diff := cmp.Diff(first, second); diff != "" {
+				t.Errorf("two runs with the same seed differ (-first +second):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPolluxInvariantsOnRandomInputs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2024, 12))
+	for trial := range 150 {
+		opts := policytest.RandomOptions{Messy: trial%3 == 0}
+		in := policytest.RandomInput(rng, opts)
+		cfg := quickConfig
+		cfg.Seed = int64(trial)
+		cfg.DisableInterferenceAvoidance = trial%4 == 0
+		cfg.FairnessP = []float64{-1, 1, -10, 0.5}[trial%4]
+		cfg.SeedFromWholePopulation = trial%5 == 0
+		cfg.MaxNodesPerJob = trial % 3 // 0 (default 16), 1, 2
+		p := newPollux(t, cfg)
+		check := policytest.CheckOptions{NoInterference: !cfg.DisableInterferenceAvoidance, NodeOrder: true}
+		// Several rounds, with jobs and nodes coming and going, to cover
+		// seeding from the previous population.
+		for round := range 4 {
+			out, err := p.Optimize(context.Background(), in)
+			if err != nil {
+				t.Fatalf("trial %d round %d: Optimize: %v", trial, round, err)
+			}
+			if err := policytest.Check(in, out, check); err != nil {
+				t.Fatalf("trial %d round %d: invalid allocation: %v\ninput: %+v\noutput: %v", trial, round, err, in, out)
+			}
+			if cfg.MaxNodesPerJob > 0 {
+				for id, a := range out {
+					if n := policy.NumNodes(a); n > cfg.MaxNodesPerJob {
+						t.Fatalf("trial %d round %d: job %s spans %d nodes, max %d", trial, round, id, n, cfg.MaxNodesPerJob)
+					}
+				}
+			}
+			next := policytest.RandomInput(rng, opts)
+			// Keep some jobs and nodes from this round.
+			next.Jobs = append(next.Jobs, in.Jobs[:len(in.Jobs)/2]...)
+			for i := range next.Jobs {
+				next.Jobs[i].ID = fmt.Sprintf("%s-%d", next.Jobs[i].ID, i)
+			}
+			next.Current = out
+			in = next
+		}
+	}
+}
+
+func TestPolluxKnownOptimum(t *testing.T) {
+	// One node of 4 GPUs, two old jobs (no restart penalty to speak of):
+	// the near-linear job should get more GPUs than the flat one, and with
+	// p = -1 (or p = +1) neither job is starved.
+	nodes := policytest.Nodes(1, 4)
+	jobs := policytest.Jobs(
+		policytest.Job("linear").GPUs(1, 4).Goodput(policytest.Linear()).Age(1e6),
+		policytest.Job("flat").GPUs(1, 4).Goodput(policytest.Flat()).Age(1e6).Submitted(1),
+	)
+	tests := map[string]struct {
+		p    float64
+		want policy.Allocations
+	}{
+		"p = -1": {p: -1, want: policy.Allocations{"linear": {"n00", "n00", "n00"}, "flat": {"n00"}}},
+		"p = +1": {p: 1, want: policy.Allocations{"linear": {"n00", "n00", "n00"}, "flat": {"n00"}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := newPollux(t, policy.PolluxConfig{Seed: 1, FairnessP: tc.p})
+			got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("allocation (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPolluxFairnessShiftsGPUs(t *testing.T) {
+	// Three linear jobs with different caps and one flat job on 8 GPUs:
+	// the harmonic mean (p = -1) must give every job a GPU; p = +1 only
+	// cares for the sum and may starve the flat job. Under p = -1 the
+	// fitness of the choice is at least that of an even split.
+	nodes := policytest.Nodes(2, 4)
+	jobs := policytest.Jobs(
+		policytest.Job("a").GPUs(0, 8).Goodput(policytest.Linear()).Age(1e6),
+		policytest.Job("b").GPUs(0, 8).Goodput(policytest.Linear()).Age(1e6).Submitted(1),
+		policytest.Job("c").GPUs(0, 8).Goodput(policytest.Linear()).Age(1e6).Submitted(2),
+		policytest.Job("flat").GPUs(0, 8).Goodput(policytest.Flat()).Age(1e6).Submitted(3),
+	)
+	p := newPollux(t, policy.PolluxConfig{Seed: 3})
+	got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
+	for _, j := range jobs {
+		if len(got[j.ID]) == 0 {
+			t.Errorf("p = -1 starved job %s: %v", j.ID, got)
+		}
+	}
+	// Even split, 2 GPUs each, one node per pair: linear speedup 2/K_f
+	// = 1 with K_f = 2; flat about 1. S = speedup·2/8 = 0.25 each.
+	even := 0.25
+	if f := p.LastStats().BestFitness; f < even-1e-3 {
+		t.Errorf("best fitness %.4f below the even split's %.4f", f, even)
+	}
+}
+
+func TestPolluxRestartPenalty(t *testing.T) {
+	// One job on a 4-GPU node holding 2 GPUs; 4 GPUs would be 5% faster.
+	// A young job that has restarted is not worth moving; an old job is.
+	model := policytest.Synthetic{Serial: 1, Parallel: 0.21}
+	nodes := policytest.Nodes(1, 4)
+	current := policy.Allocations{"j": {"n00", "n00"}}
+	tests := map[string]struct {
+		age      float64
+		restarts int
+		want     policy.Allocations
+	}{
+		"young job keeps its GPUs": {age: 90, restarts: 1, want: policy.Allocations{"j": {"n00", "n00"}}},
+		"old job grows":            {age: 1e6, restarts: 1, want: policy.Allocations{"j": {"n00", "n00", "n00", "n00"}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			jobs := policytest.Jobs(policytest.Job("j").GPUs(1, 4).Goodput(model).Age(tc.age).Restarts(tc.restarts))
+			p := newPollux(t, policy.PolluxConfig{Seed: 1})
+			got := optimize(t, p, policy.Input{Now: tc.age, Jobs: jobs, Nodes: nodes, Current: current})
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("allocation (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPolluxAvoidsInterference(t *testing.T) {
+	// Linear jobs that would like to spread over nodes of odd sizes: with
+	// avoidance no node holds two distributed jobs; without it, in at
+	// least one of the seeds, some node does (so the check can fail).
+	nodes := []policy.Node{
+		policytest.Node("a").GPUs(3).Build(), policytest.Node("b").GPUs(3).Build(),
+		policytest.Node("c").GPUs(3).Build(), policytest.Node("d").GPUs(3).Build(),
+	}
+	var builders []*policytest.JobBuilder
+	for i := range 3 {
+		builders = append(builders, policytest.Job(fmt.Sprintf("j%d", i)).GPUs(0, 12).Goodput(policytest.Linear()).Age(1e6).Submitted(float64(i)))
+	}
+	in := policy.Input{Now: 1e6, Jobs: policytest.Jobs(builders...), Nodes: nodes}
+	sharedWithout := 0
+	for seed := range int64(5) {
+		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: seed}), in)
+		if err := policytest.Check(in, got, policytest.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+			t.Errorf("seed %d with avoidance: %v (allocation %v)", seed, err, got)
+		}
+		without := optimize(t, newPollux(t, policy.PolluxConfig{Seed: seed, DisableInterferenceAvoidance: true}), in)
+		if err := policytest.Check(in, without, policytest.CheckOptions{NodeOrder: true}); err != nil {
+			t.Errorf("seed %d without avoidance: %v", seed, err)
+		}
+		if policytest.Check(in, without, policytest.CheckOptions{NoInterference: true}) != nil {
+			sharedWithout++
+		}
+	}
+	if sharedWithout == 0 {
+		t.Errorf("without avoidance no seed shared a node between distributed jobs; the scenario does not exercise avoidance")
+	}
+}
+
+func TestPolluxMinReplicas(t *testing.T) {
+	// A job that needs at least 3 GPUs among jobs that need 1 on 4 GPUs:
+	// it gets 0 or ≥ 3, never 1 or 2.
+	nodes := policytest.Nodes(1, 4)
+	jobs := policytest.Jobs(
+		policytest.Job("big").GPUs(3, 4).Goodput(policytest.Linear()).Age(1e6),
+		policytest.Job("x").GPUs(1, 4).Goodput(policytest.Typical()).Age(1e6).Submitted(1),
+		policytest.Job("y").GPUs(1, 4).Goodput(policytest.Typical()).Age(1e6).Submitted(2),
+	)
+	for seed := range int64(10) {
+		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: seed}), policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
+		if err := policytest.Check(policy.Input{Jobs: jobs, Nodes: nodes}, got, policytest.CheckOptions{}); err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+	}
+}
+
+func TestPolluxSeedsFromPreviousRound(t *testing.T) {
+	// Steady state: the same jobs round after round, each round's output
+	// fed back as the current allocation. The allocation settles and the
+	// previous round's population carries over (job and node IDs mapped),
+	// so later rounds find at least the fitness of the first.
+	in := policytest.ClusterInput(9, 4, 4, 8)
+	p := newPollux(t, policy.PolluxConfig{Seed: 2})
+	var outs []policy.Allocations
+	var fitness []float64
+	for range 4 {
+		out := optimize(t, p, in)
+		outs = append(outs, out)
+		fitness = append(fitness, p.LastStats().BestFitness)
+		in.Current = out
+		in.Now += 60
+		for i := range in.Jobs {
+			in.Jobs[i].Age += 60
+		}
+	}
+	if diff := cmp.Diff(outs[2], outs[3]); diff != "" {
+		t.Errorf("allocation still changing after three rounds of the same jobs (-round 3 +round 4):\n%s", diff)
+	}
+	if st := p.LastStats(); st.Seeds < 2 {
+		t.Errorf("round 4 seeded with %d states, want the previous front (more than one)", st.Seeds)
+	}
+	// A job and a node vanish, a new job arrives: the output only names
+	// what is in the input.
+	in.Jobs = append(in.Jobs[1:], policytest.Job("newcomer").GPUs(0, 4).Build())
+	in.Nodes = in.Nodes[1:]
+	out := optimize(t, p, in)
+	if err := policytest.Check(in, out, policytest.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+		t.Errorf("after churn: %v", err)
+	}
+}
+
+func TestPolluxMemoisesSpeedups(t *testing.T) {
+	// The policy calls each job's model at most once per (nodes, GPUs)
+	// shape and round, plus once for the fair-share base.
+	counter := &policytest.Counting{Model: policytest.Typical()}
+	in := policytest.ClusterInput(4, 4, 4, 6)
+	in.Jobs[0].Goodput = counter
+	in.Jobs[0].MaxReplicas = 8
+	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	optimize(t, p, in)
+	// Shapes: 1..8 GPUs on 1..min(k, 4) nodes = 1+2+3+4·5 = 26, plus base.
+	if counter.Calls > 27 || counter.Calls == 0 {
+		t.Errorf("model called %d times in a round, want between 1 and 27", counter.Calls)
+	}
+}
+
+func TestPolluxOutputFormat(t *testing.T) {
+	// GPUs are listed node by node in input order, and idle jobs are
+	// omitted.
+	nodes := []policy.Node{policytest.Node("z").GPUs(2).Build(), policytest.Node("a").GPUs(2).Build()}
+	jobs := policytest.Jobs(
+		policytest.Job("wide").GPUs(4, 4).Goodput(policytest.Linear()).Age(1e6),
+		policytest.Job("idle").GPUs(1, 1).Goodput(policytest.Linear()).Age(1e6).Attained(1e9),
+	)
+	got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1}), policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
+	want := policy.Allocations{"wide": {"z", "z", "a", "a"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("allocation (-want +got):\n%s", diff)
+	}
+}
+
+func TestPolluxEmptyInputs(t *testing.T) {
+	tests := map[string]policy.Input{
+		"no jobs":    {Nodes: policytest.Nodes(2, 4)},
+		"no nodes":   {Jobs: policytest.Jobs(policytest.Job("a"))},
+		"no GPUs":    {Jobs: policytest.Jobs(policytest.Job("a")), Nodes: policytest.Nodes(2, 0)},
+		"everything": {},
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := optimize(t, newPollux(t, policy.PolluxConfig{}), in)
+			if diff := cmp.Diff(policy.Allocations{}, got); diff != "" {
+				t.Errorf("allocation (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPolluxRejectsInvalidInput(t *testing.T) {
+	good := func() policy.Input {
+		return policy.Input{Jobs: policytest.Jobs(policytest.Job("a"), policytest.Job("b")), Nodes: policytest.Nodes(2, 4)}
+	}
+	tests := map[string]struct {
+		edit func(*policy.Input)
+		want string
+	}{
+		"duplicate job":      {edit: func(in *policy.Input) { in.Jobs[1].ID = "a" }, want: `job "a" (index 1): same ID as job index 0`},
+		"empty job ID":       {edit: func(in *policy.Input) { in.Jobs[0].ID = "" }, want: `job "" (index 0): empty ID`},
+		"max replicas 0":     {edit: func(in *policy.Input) { in.Jobs[0].MaxReplicas = 0 }, want: `job "a" (index 0): max replicas 0 is below 1`},
+		"min above max":      {edit: func(in *policy.Input) { in.Jobs[1].MinReplicas = 70 }, want: `job "b" (index 1): min replicas 70 exceed max replicas 64`},
+		"negative min":       {edit: func(in *policy.Input) { in.Jobs[1].MinReplicas = -1 }, want: `min replicas -1 is negative`},
+		"NaN age":            {edit: func(in *policy.Input) { in.Jobs[0].Age = math.NaN() }, want: `job "a" (index 0): age NaN`},
+		"negative service":   {edit: func(in *policy.Input) { in.Jobs[0].AttainedService = -1 }, want: `attained service -1`},
+		"negative restarts":  {edit: func(in *policy.Input) { in.Jobs[0].NumRestarts = -1 }, want: `restart count -1`},
+		"duplicate node":     {edit: func(in *policy.Input) { in.Nodes[1].ID = in.Nodes[0].ID }, want: `node "n00" (index 1): same ID as node index 0`},
+		"node with 300 GPUs": {edit: func(in *policy.Input) { in.Nodes[0].GPUs = 300 }, want: `node "n00" (index 0): 300 GPUs is outside [0, 255]`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			in := good()
+			tc.edit(&in)
+			_, err := newPollux(t, policy.PolluxConfig{}).Optimize(context.Background(), in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Optimize error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// cancelAfter is a context whose Err turns to Canceled after n calls.
+type cancelAfter struct {
+	context.Context
+	n int
+}
+
+func (c *cancelAfter) Err() error {
+	c.n--
+	if c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+func TestPolluxContext(t *testing.T) {
+	in := policytest.ClusterInput(5, 8, 4, 20)
+	t.Run("done before the round", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		out, err := newPollux(t, policy.PolluxConfig{}).Optimize(ctx, in)
+		if !errors.Is(err, context.Canceled) || out != nil {
+			t.Errorf("Optimize = %v, %v; want nil, context.Canceled", out, err)
+		}
+	})
+	t.Run("done during the round", func(t *testing.T) {
+		p := newPollux(t, policy.PolluxConfig{Seed: 1})
+		// One Err call before the search, then five generations.
+		out, err := p.Optimize(&cancelAfter{Context: context.Background(), n: 6}, in)
+		if err != nil {
+			t.Fatalf("Optimize: %v", err)
+		}
+		st := p.LastStats()
+		if !st.Cancelled || st.Generations != 6 {
+			t.Errorf("stats %+v: want Cancelled after 6 generations", st)
+		}
+		if err := policytest.Check(in, out, policytest.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+			t.Errorf("best-so-far allocation: %v", err)
+		}
+	})
+}
+
+func TestPolluxStats(t *testing.T) {
+	in := policytest.ClusterInput(6, 16, 4, 45)
+	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	optimize(t, p, in)
+	st := p.LastStats()
+	if st.Round != 1 || st.Jobs != 45 || st.Nodes != 16 || st.Seeds != 1 || st.Generations != 100 {
+		t.Errorf("stats %+v: want round 1, 45 jobs, 16 nodes, 1 seed, 100 generations", st)
+	}
+	// 99 generations of up to 100 offspring, plus the seed.
+	if st.Evaluations < 99*100 || st.FrontSize < 1 || !(st.BestFitness > 0) || !(st.BestUtility > 0) {
+		t.Errorf("stats %+v: want ≥ 9900 evaluations, a front, positive objectives", st)
+	}
+	optimize(t, p, in)
+	if st := p.LastStats(); st.Round != 2 || st.Seeds < 1 {
+		t.Errorf("second round stats %+v: want round 2 seeded from the previous front", st)
+	}
+}
+
+func ExamplePolluxPolicy_Optimize() {
+	p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+	if err != nil {
+		panic(err)
+	}
+	in := policy.Input{
+		Now:   1e6,
+		Nodes: policytest.Nodes(1, 4),
+		Jobs: policytest.Jobs(
+			policytest.Job("linear").GPUs(1, 4).Goodput(policytest.Linear()).Age(1e6),
+			policytest.Job("flat").GPUs(1, 4).Goodput(policytest.Flat()).Age(1e6).Submitted(1),
+		),
+	}
+	out, err := p.Optimize(context.Background(), in)
+	if err != nil {
+		panic(err)
+	}
+	for _, id := range out.JobIDs() {
+		fmt.Println(id, out[id])
+	}
+	fmt.Printf("fitness %.3f\n", p.LastStats().BestFitness)
+	// Output:
+	// flat [n00]
+	// linear [n00 n00 n00]
+	// fitness 0.309
+}

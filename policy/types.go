@@ -1,0 +1,149 @@
+package policy
+
+import (
+	"context"
+	"sort"
+)
+
+// GoodputModel gives a job's best predicted goodput for a placement shape,
+// with the batch size, micro-batch and accumulation steps already optimised
+// for that shape. model.GoodputCache implements it. The values are in
+// examples per second at M0-equivalent statistical progress; only ratios
+// matter to the policies.
+type GoodputModel interface {
+	// Goodput returns the best goodput on nodes nodes holding replicas GPUs
+	// in total. It is called many times per round and must be cheap
+	// (memoised) and safe to call from one goroutine at a time.
+	Goodput(nodes, replicas int) float64
+}
+
+// Oracle gives Optimus+Oracle the true remaining work of a job and its true
+// step time, as the Pollux artifact's Optimus baseline reads them from the
+// measured traces rather than from a fitted model.
+type Oracle interface {
+	// RemainingIterations is the number of optimizer steps left until the
+	// job completes at its fixed batch size (at least 1).
+	RemainingIterations() float64
+	// StepTime is the true time of one optimizer step (including
+	// accumulation micro-steps) on replicas GPUs packed 4 per node.
+	StepTime(replicas int) float64
+}
+
+// Job is one schedulable job as a policy sees it: a snapshot, never
+// modified by the policy.
+type Job struct {
+	// ID identifies the job across rounds (Nomad namespace/job ID, or the
+	// workload name in simulation).
+	ID string
+	// Goodput is the job's fitted goodput model; nil while the job has not
+	// run yet (the policy then assumes linear speedup, as the reference).
+	Goodput GoodputModel
+	// Submitted is the submission (creation) time in seconds.
+	Submitted float64
+	// Age is now minus Submitted, in seconds.
+	Age float64
+	// AttainedService is the GPU-seconds the job has been allocated so far.
+	AttainedService float64
+	// MinReplicas and MaxReplicas bound the job's GPU count. For Tiresias,
+	// MaxReplicas is the job's fixed (requested) GPU count.
+	MinReplicas, MaxReplicas int
+	// NumRestarts counts the reallocations after the first one.
+	NumRestarts int
+	// Oracle is used by Optimus+Oracle only; other policies ignore it.
+	Oracle Oracle
+}
+
+// Node is a node whose GPUs the policy may hand out.
+type Node struct {
+	// ID identifies the node across rounds.
+	ID string
+	// GPUs is the number of GPUs the policy may use on this node.
+	GPUs int
+}
+
+// Allocations maps a job ID to the node ID of each of its GPUs, in rank
+// order, with a node's GPUs contiguous (for example [a a a b]). A job absent
+// from the map, or with an empty slice, holds no GPUs.
+type Allocations map[string][]string
+
+// Input is everything a policy sees in one scheduling round.
+type Input struct {
+	// Now is the current time in seconds (simulated or wall clock).
+	Now float64
+	// Jobs are the submitted, unfinished jobs in submission order.
+	Jobs []Job
+	// Nodes are the nodes available, in a stable order.
+	Nodes []Node
+	// Current is the allocation in force before this round.
+	Current Allocations
+}
+
+// Policy decides the allocation of GPUs to jobs for one round. A Policy may
+// keep state between rounds (Tiresias' queues, the genetic algorithm's
+// population) and is not safe for concurrent use.
+type Policy interface {
+	// Name returns the policy's name ("pollux", "tiresias", "optimus").
+	Name() string
+	// Optimize returns the new allocation. Every returned allocation
+	// respects node capacities and the jobs' replica bounds.
+	Optimize(ctx context.Context, in Input) (Allocations, error)
+}
+
+// Placement groups an allocation into GPUs per node in rank order, for
+// example [a a a b] gives [3 1].
+func Placement(alloc []string) []int {
+	var out []int
+	for i, n := range alloc {
+		if i == 0 || n != alloc[i-1] {
+			out = append(out, 1)
+		} else {
+			out[len(out)-1]++
+		}
+	}
+	return out
+}
+
+// NumNodes returns the number of distinct nodes in alloc.
+func NumNodes(alloc []string) int {
+	seen := make(map[string]struct{}, len(alloc))
+	for _, n := range alloc {
+		seen[n] = struct{}{}
+	}
+	return len(seen)
+}
+
+// Equal reports whether two allocations of one job are the same.
+func Equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// UsedGPUs counts the GPUs each node holds across all jobs.
+func (a Allocations) UsedGPUs() map[string]int {
+	used := make(map[string]int)
+	for _, alloc := range a {
+		for _, n := range alloc {
+			used[n]++
+		}
+	}
+	return used
+}
+
+// JobIDs returns the IDs of jobs holding at least one GPU, sorted.
+func (a Allocations) JobIDs() []string {
+	ids := make([]string, 0, len(a))
+	for id, alloc := range a {
+		if len(alloc) > 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}

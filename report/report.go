@@ -1,0 +1,239 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// JobResult is one job's outcome in a run.
+type JobResult struct {
+	// Name identifies the job (the workload's name column).
+	Name string
+	// Application names the job's application profile.
+	Application string
+	// Submitted is the submission time in seconds of simulated (or wall)
+	// time from the start of the run.
+	Submitted float64
+	// Completed reports whether the job finished before the run ended.
+	Completed bool
+	// Completion is the completion time in seconds on the same clock as
+	// Submitted; meaningful only if Completed.
+	Completion float64
+	// Restarts counts the job's reallocations after its first allocation
+	// (the artifact's num_restarts).
+	Restarts int
+	// GPUSeconds is the GPU time allocated to the job (attained service),
+	// restart delays included.
+	GPUSeconds float64
+	// FinalBatchSize is the total batch size the job used last.
+	FinalBatchSize int
+}
+
+// JCT returns the job completion time Completion − Submitted in seconds,
+// the quantity the Pollux evaluation averages (OSDI '21, §5; artifact
+// simulator.py "Average JCT"). It is meaningful only if j.Completed.
+func (j JobResult) JCT() float64 { return j.Completion - j.Submitted }
+
+// Sample is the cluster state at one round.
+type Sample struct {
+	// Time is the round's time in seconds on the run's clock.
+	Time float64
+	// GPUsInUse is the number of GPUs allocated to jobs.
+	GPUsInUse int
+	// JobGPUs maps a job's name to its GPU count; jobs without GPUs may be
+	// missing.
+	JobGPUs map[string]int
+}
+
+// Run is one simulation's (or closed loop's) raw outcome.
+type Run struct {
+	// Policy names the scheduling policy (pollux, tiresias, optimus).
+	Policy string
+	// Workload names the workload (e.g. workload-6).
+	Workload string
+	// TotalGPUs is the cluster's GPU count.
+	TotalGPUs int
+	// Jobs holds one result per job of the workload.
+	Jobs []JobResult
+	// Timeline holds one sample per scheduling round, in time order.
+	Timeline []Sample
+	// OptimizeSeconds is the time the policy spent per round, in seconds.
+	OptimizeSeconds []float64
+	// Wall is the run's elapsed wall-clock time.
+	Wall time.Duration
+}
+
+// Summary is the JSON object that `pollux simulate -json` prints
+// (contracts.md §5). Times are in seconds unless a field name says
+// otherwise. When no job completed, the JCT statistics and the makespan
+// are 0 (JSON has no NaN); Completed tells the two cases apart.
+type Summary struct {
+	// Policy and Workload are copied from the Run.
+	Policy   string `json:"policy"`
+	Workload string `json:"workload"`
+	// Jobs is the number of jobs in the run; Completed how many finished.
+	Jobs      int `json:"jobs"`
+	Completed int `json:"completed"`
+	// AvgJCT is the mean job completion time over completed jobs.
+	AvgJCT float64 `json:"avg_jct_s"`
+	// P50JCT and P99JCT are percentiles of the completion times of
+	// completed jobs, interpolated linearly between order statistics
+	// (numpy's default; see Quantile).
+	P50JCT float64 `json:"p50_jct_s"`
+	P99JCT float64 `json:"p99_jct_s"`
+	// Makespan is the latest completion time on the workload's clock
+	// (which starts at 0), as the artifact's published makespans.
+	Makespan float64 `json:"makespan_s"`
+	// RestartsPerJob is the mean number of restarts over all jobs.
+	RestartsPerJob float64 `json:"restarts_per_job"`
+	// GPUUtilization is the mean, over the rounds at which at least one job
+	// was active (submitted and not finished), of GPUsInUse / TotalGPUs:
+	// a fraction in [0, 1].
+	GPUUtilization float64 `json:"gpu_utilization"`
+	// Rounds is the number of scheduling rounds (timeline samples).
+	Rounds int `json:"rounds"`
+	// OptimizeMsMedian and OptimizeMsP95 are the median and 95th
+	// percentile of the policy's time per round, in milliseconds.
+	OptimizeMsMedian float64 `json:"optimize_ms_median"`
+	OptimizeMsP95    float64 `json:"optimize_ms_p95"`
+	// WallSeconds is the run's wall-clock time in seconds.
+	WallSeconds float64 `json:"wall_s"`
+}
+
+// Summarize computes a run's summary statistics:
+//
+//   - avg_jct_s, p50_jct_s, p99_jct_s: mean and percentiles (Quantile,
+//     linear interpolation) of Completion − Submitted over completed jobs;
+//   - makespan_s: the latest completion time on the workload's clock,
+//     which starts at 0 (this reproduces the makespans derived from the
+//     artifact's per-job results, e.g. 58642 s for Pollux on workload 6);
+//   - restarts_per_job: mean Restarts over all jobs;
+//   - gpu_utilization: mean of GPUsInUse / TotalGPUs over the samples at
+//     whose time at least one job is active, i.e. Submitted ≤ t and not
+//     completed by t (t < Completion); 0 when there is no such sample or
+//     TotalGPUs ≤ 0;
+//   - rounds: len(Timeline); optimize_ms_median and optimize_ms_p95:
+//     quantiles 0.5 and 0.95 of OptimizeSeconds, in milliseconds;
+//   - wall_s: Wall in seconds.
+//
+// Statistics of empty sets are 0. Summarize does not modify r.
+func Summarize(r Run) Summary {
+	s := Summary{
+		Policy:      r.Policy,
+		Workload:    r.Workload,
+		Jobs:        len(r.Jobs),
+		Rounds:      len(r.Timeline),
+		WallSeconds: r.Wall.Seconds(),
+	}
+
+	var jcts []float64
+	restarts := 0
+	lastCompletion := math.Inf(-1)
+	for _, j := range r.Jobs {
+		restarts += j.Restarts
+		if j.Completed {
+			jcts = append(jcts, j.JCT())
+			lastCompletion = math.Max(lastCompletion, j.Completion)
+		}
+	}
+	s.Completed = len(jcts)
+	if len(r.Jobs) > 0 {
+		s.RestartsPerJob = float64(restarts) / float64(len(r.Jobs))
+	}
+	if len(jcts) > 0 {
+		s.AvgJCT = mean(jcts)
+		slices.Sort(jcts)
+		s.P50JCT = quantileSorted(jcts, 0.5)
+		s.P99JCT = quantileSorted(jcts, 0.99)
+		s.Makespan = lastCompletion
+	}
+
+	s.GPUUtilization = utilization(r)
+
+	if len(r.OptimizeSeconds) > 0 {
+		ms := make([]float64, len(r.OptimizeSeconds))
+		for i, v := range r.OptimizeSeconds {
+			ms[i] = v * 1000
+		}
+		slices.Sort(ms)
+		s.OptimizeMsMedian = quantileSorted(ms, 0.5)
+		s.OptimizeMsP95 = quantileSorted(ms, 0.95)
+	}
+	return s
+}
+
+// utilization is the mean of GPUsInUse/TotalGPUs over the samples with at
+// least one active job. A job is active at t if Submitted ≤ t < Completion
+// (or it never completed); it runs in O((J + R) log J) by counting
+// submissions and completions with binary search.
+func utilization(r Run) float64 {
+	if r.TotalGPUs <= 0 {
+		return 0
+	}
+	submits := make([]float64, 0, len(r.Jobs))
+	ends := make([]float64, 0, len(r.Jobs))
+	for _, j := range r.Jobs {
+		submits = append(submits, j.Submitted)
+		if j.Completed {
+			// A job that "completes" before its submission is never
+			// active; max keeps the two counts consistent.
+			ends = append(ends, math.Max(j.Completion, j.Submitted))
+		}
+	}
+	slices.Sort(submits)
+	slices.Sort(ends)
+	atOrBefore := func(xs []float64, t float64) int {
+		return sort.Search(len(xs), func(i int) bool { return xs[i] > t })
+	}
+	sum, n := 0.0, 0
+	for _, smp := range r.Timeline {
+		if atOrBefore(submits, smp.Time)-atOrBefore(ends, smp.Time) <= 0 {
+			continue
+		}
+		sum += float64(smp.GPUsInUse) / float64(r.TotalGPUs)
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// Quantile returns the q-quantile (0 ≤ q ≤ 1) of xs, interpolating
+// linearly between the two nearest order statistics: with x sorted and
+// h = (n−1)·q, it is x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋]) (numpy's
+// default "linear" method, Hyndman & Fan type 7). It returns NaN for an
+// empty slice, does not modify xs, and panics if q is outside [0, 1].
+func Quantile(xs []float64, q float64) float64 {
+	if !(q >= 0 && q <= 1) {
+		panic(fmt.Sprintf("report: quantile %v outside [0, 1]", q))
+	}
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	sorted := slices.Clone(xs)
+	slices.Sort(sorted)
+	return quantileSorted(sorted, q)
+}
+
+// quantileSorted is Quantile for a sorted, non-empty slice.
+func quantileSorted(x []float64, q float64) float64 {
+	h := float64(len(x)-1) * q
+	lo := int(math.Floor(h))
+	if lo >= len(x)-1 {
+		return x[len(x)-1]
+	}
+	return x[lo] + (h-float64(lo))*(x[lo+1]-x[lo])
+}
+
+// mean returns the arithmetic mean of a non-empty slice.
+func mean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}

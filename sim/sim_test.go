@@ -1,0 +1,144 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/sim"
+	"github.com/pollux-nomad/pollux/workload"
+)
+
+func smallWorkload() []workload.Job {
+	return []workload.Job{
+		{Name: "cifar10-0", Time: 0, Application: "cifar10", NumReplicas: 2, BatchSize: 512},
+		{Name: "ncf-1", Time: 30, Application: "ncf", NumReplicas: 1, BatchSize: 2048},
+		{Name: "bert-2", Time: 100, Application: "bert", NumReplicas: 4, BatchSize: 48},
+		{Name: "cifar10-3", Time: 200, Application: "cifar10", NumReplicas: 4, BatchSize: 1024},
+	}
+}
+
+func runSmall(t *testing.T, policyName string, cfg sim.Config) report.Run {
+	t.Helper()
+	pol, err := sim.NewPolicy(policyName, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.New(cfg, applications(t), smallWorkload(), "small", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rounds int
+	r, err := s.Run(context.Background(), func(sim.Progress) { rounds++ })
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if rounds != len(r.Timeline) {
+		t.Errorf("progress called %d times for %d rounds", rounds, len(r.Timeline))
+	}
+	return r
+}
+
+func TestSimulatorSmallWorkload(t *testing.T) {
+	for _, p := range sim.PolicyNames {
+		t.Run(p, func(t *testing.T) {
+			cfg := sim.Config{Nodes: 2, GPUsPerNode: 4}
+			r := runSmall(t, p, cfg)
+			if len(r.Jobs) != 4 {
+				t.Fatalf("got %d job results, want 4", len(r.Jobs))
+			}
+			for _, j := range r.Jobs {
+				if !j.Completed {
+					t.Errorf("%s did not complete", j.Name)
+					continue
+				}
+				// A job cannot finish before it was submitted plus one
+				// round and the restart delay.
+				if j.JCT() < 30 {
+					t.Errorf("%s: JCT %.0f s is shorter than the restart delay", j.Name, j.JCT())
+				}
+				if j.GPUSeconds <= 0 {
+					t.Errorf("%s: no GPU time attained", j.Name)
+				}
+			}
+			for _, s := range r.Timeline {
+				if s.GPUsInUse > 8 {
+					t.Errorf("t=%.0f: %d GPUs in use on an 8-GPU cluster", s.Time, s.GPUsInUse)
+				}
+			}
+			if p == "tiresias" {
+				for _, s := range r.Timeline {
+					for id, g := range s.JobGPUs {
+						want := map[string]int{"cifar10-0": 2, "ncf-1": 1, "bert-2": 4, "cifar10-3": 4}[id]
+						if g != want {
+							t.Errorf("t=%.0f: tiresias gave %s %d GPUs, want its fixed %d", s.Time, id, g, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSimulatorDeterministic(t *testing.T) {
+	cfg := sim.Config{Nodes: 2, GPUsPerNode: 4}
+	a := runSmall(t, "pollux", cfg)
+	b := runSmall(t, "pollux", cfg)
+	if diff := cmp.Diff(a.Jobs, b.Jobs); diff != "" {
+		t.Errorf("two runs with one seed differ (-first +second):\n%s", diff)
+	}
+}
+
+func TestSimulatorRejectsBadInput(t *testing.T) {
+	tests := map[string]struct {
+		cfg  sim.Config
+		jobs []workload.Job
+	}{
+		"unknown application": {jobs: []workload.Job{{Name: "x", Application: "gpt", NumReplicas: 1, BatchSize: 1}}},
+		"negative nodes":      {cfg: sim.Config{Nodes: -1}, jobs: smallWorkload()},
+		"interference of 1":   {cfg: sim.Config{Interference: 1}, jobs: smallWorkload()},
+		"zero batch tiresias": {jobs: []workload.Job{{Name: "x", Application: "bert", NumReplicas: 1}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pol, err := sim.NewPolicy("tiresias", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sim.New(tc.cfg, applications(t), tc.jobs, "bad", pol); err == nil {
+				t.Error("New accepted bad input")
+			}
+		})
+	}
+}
+
+func TestSimulatorHonoursContext(t *testing.T) {
+	pol, err := sim.NewPolicy("tiresias", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.New(sim.Config{Interval: time.Minute}, applications(t), smallWorkload(), "small", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Run(ctx, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run on a cancelled context returned %v, want context.Canceled", err)
+	}
+}
+
+func TestLoadWorkloadErrors(t *testing.T) {
+	a := applications(t)
+	if _, _, err := sim.LoadWorkload("/nonexistent/w.csv", a); !errors.Is(err, sim.ErrBadInput) {
+		t.Errorf("missing file: got %v, want ErrBadInput", err)
+	}
+	jobs, name, err := sim.LoadWorkload("workload-3", a)
+	if err != nil || name != "workload-3" || len(jobs) != 160 {
+		t.Errorf("embedded workload-3: %d jobs, name %q, err %v", len(jobs), name, err)
+	}
+}
