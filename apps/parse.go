@@ -107,40 +107,44 @@ func (t *table) positiveInt(i int, col string) (int, error) {
 
 // placementRow is one row of placements.csv.
 type placementRow struct {
+	placement          string // one digit per node: its GPUs
 	localBsz           int
 	stepTime, syncTime float64
 }
 
-// readPlacements parses placements.csv into rows per placement string, in
-// file order, plus the placement strings in order of first appearance.
-func readPlacements(fsys fs.FS, path string) (map[string][]placementRow, []string, error) {
+// numReplicas returns the total GPUs of the row's placement.
+func (r placementRow) numReplicas() int {
+	k := 0
+	for _, c := range r.placement {
+		k += int(c - '0')
+	}
+	return k
+}
+
+// readPlacements parses placements.csv, in file order.
+func readPlacements(fsys fs.FS, path string) ([]placementRow, error) {
 	t, err := readTable(fsys, path, "placement", "local_bsz", "step_time", "sync_time")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	out := map[string][]placementRow{}
-	var order []string
+	out := make([]placementRow, len(t.rows))
 	for i := range t.rows {
-		p := t.str(i, "placement")
-		if p == "" || strings.Trim(p, "123456789") != "" {
-			return nil, nil, fmt.Errorf("%s:%d: placement: want digits 1-9 (GPUs per node), got %q", path, t.lines[i], p)
+		r := &out[i]
+		r.placement = t.str(i, "placement")
+		if r.placement == "" || strings.Trim(r.placement, "123456789") != "" {
+			return nil, fmt.Errorf("%s:%d: placement: want digits 1-9 (GPUs per node), got %q", path, t.lines[i], r.placement)
 		}
-		var r placementRow
 		if r.localBsz, err = t.positiveInt(i, "local_bsz"); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if r.stepTime, err = t.nonNegative(i, "step_time"); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if r.syncTime, err = t.nonNegative(i, "sync_time"); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		if _, ok := out[p]; !ok {
-			order = append(order, p)
-		}
-		out[p] = append(out[p], r)
 	}
-	return out, order, nil
+	return out, nil
 }
 
 // scalabilityRow is one row of scalability.csv.

@@ -5,12 +5,12 @@ import (
 	"math"
 )
 
-// GradParams are the gradient-noise statistics (Pollux, OSDI '21, §3.2;
-// artifact adascale.py and goodput.py, GradParams): Sqr ≈ |g|², the squared
-// norm of the true gradient, and Var ≈ the variance of a gradient estimated
-// from a batch of the initial size M0 (McCandlish et al. 2018, "An
-// Empirical Model of Large-Batch Training"). The gradient noise scale is
-// φ = M0·Var/Sqr.
+// GradParams are the gradient-noise statistics (Pollux, OSDI '21, "Modeling
+// Statistical Efficiency"; artifact adascale.py and goodput.py, GradParams):
+// Sqr ≈ |g|², the squared norm of the true gradient, and Var ≈ the variance of
+// a gradient estimated from a batch of the initial size M0 (McCandlish et al.
+// 2018, "An Empirical Model of Large-Batch Training"). The gradient noise scale
+// is φ = M0·Var/Sqr.
 type GradParams struct {
 	// Sqr estimates the squared norm of the (preconditioned) gradient.
 	Sqr float64 `json:"sqr"`
@@ -19,9 +19,9 @@ type GradParams struct {
 }
 
 // Gain is the AdaScale gain ratio of a batch of size batch over the initial
-// batch size initBatch: how many initial-size iterations one iteration at
-// batch is worth (Pollux, OSDI '21, §3.2; artifact goodput.py,
-// GoodputFunction.efficiency; Johnson et al. 2020, "AdaScale SGD"):
+// batch size initBatch: how many initial-size iterations one iteration at batch
+// is worth (Pollux, OSDI '21, "Modeling Statistical Efficiency"; artifact
+// goodput.py, GoodputFunction.efficiency; Johnson et al. 2020, "AdaScale SGD"):
 //
 //	r = M/M0,  gain = (var + sqr)/(var/r + sqr),  1 if var/r + sqr ≤ 0
 func Gain(g GradParams, initBatch, batch float64) float64 {
@@ -33,10 +33,10 @@ func Gain(g GradParams, initBatch, batch float64) float64 {
 	return (g.Var + g.Sqr) / denom
 }
 
-// Efficiency is the statistical efficiency of a batch of size batch
-// relative to initBatch, the progress per example relative to training at
-// the initial batch size (Pollux, OSDI '21, §3.2; artifact goodput.py,
-// GoodputFunction.efficiency):
+// Efficiency is the statistical efficiency of a batch of size batch relative to
+// initBatch, the progress per example relative to training at the initial batch
+// size (Pollux, OSDI '21, "Modeling Statistical Efficiency"; artifact
+// goodput.py, GoodputFunction.efficiency):
 //
 //	EFFICIENCY(M) = gain/r = (φ + M0)/(φ + M),  r = M/M0
 //
@@ -54,7 +54,7 @@ type LRScaling string
 // The learning-rate scaling rules.
 const (
 	// AdaScale scales the learning rate by the gain ratio (the artifact's
-	// rule for SGD; Pollux, OSDI '21, §3.2 and Table 1).
+	// rule for SGD; Pollux, OSDI '21, Table 1).
 	AdaScale LRScaling = "adascale"
 	// Linear scales the learning rate by r = M/M0 (Goyal et al. 2017).
 	Linear LRScaling = "linear"

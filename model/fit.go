@@ -75,7 +75,7 @@ func (p ProfilePoint) validate() error {
 func finitePositive(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
 
 // FitPerfParams fits the throughput model to the points as the artifact does
-// (Pollux, OSDI '21, §3, "Modeling System Throughput"; artifact goodput.py,
+// (Pollux, OSDI '21, "Modeling System Throughput"; artifact goodput.py,
 // fit_perf_params; pollux-reference.md §1). It minimises
 //
 //	L(θ) = RMSE(log T̂_grad, log t_accum) + RMSE(log T̂_optstep, log t_optim)
@@ -94,10 +94,12 @@ func finitePositive(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
 // Where the artifact uses SciPy's L-BFGS-B (through autograd), this uses a
 // projected L-BFGS with an analytic gradient, on log α and log β (bounded
 // below by log 1e−8) and γ (within [1, 10]); pinned parameters are held
-// fixed. It reaches the artifact's offline fits of the six applications
-// and, on small profiles, usually a loss as low or lower than SciPy's; where
-// the points do not identify the parameters, the two minimisers may stop
-// at different optima. It is deterministic and does not modify points.
+// fixed. It first minimises smoothed losses, each RMSE replaced by sqrt(mean
+// r² + ε²) for ε = 1e−3, 1e−5, 1e−7, then the exact one. It reaches the
+// artifact's offline fits of the six applications and, on small profiles,
+// usually a loss as low or lower than SciPy's; where the points do not
+// identify the parameters, the two minimisers may stop at different optima.
+// It is deterministic and does not modify points.
 //
 // A job seen only on a single GPU keeps every network parameter at its
 // floor (1.1e−8 for α_n), so it is predicted to scale perfectly across GPUs
@@ -142,22 +144,32 @@ const (
 	linkInter        // several nodes: α_n, β_n
 )
 
-// fitPoint is a profile point prepared for the loss.
+// fitPoint is a profile point prepared for the loss: indices of its
+// micro-batch size and of its placement shape among the distinct ones.
 type fitPoint struct {
-	link               int
-	localBsz           float64
-	retro              float64 // max(K−2, 1e−8)
+	bsz, shape         int
 	logAccum, logOptim float64
 }
 
-// fitScratch is one point's predictions and residuals in the loss.
+// fitShape is a distinct (link, K) of the profile, which fixes the network
+// time.
+type fitShape struct {
+	link  int
+	retro float64 // max(K−2, 1e−8)
+}
+
+// fitScratch is one point's optimizer-step prediction and residuals
+// between the two passes of the loss.
 type fitScratch struct {
-	tg, ts, lg, ls, lo, r1, r2 float64
+	lo, wg, r1, r2 float64
 }
 
 // fitProblem is the fitting loss over the free parameters.
 type fitProblem struct {
-	points    []fitPoint
+	points []fitPoint
+	bszs   []float64  // distinct micro-batch sizes
+	shapes []fitShape // distinct placement shapes
+	// multiNode records a point with several nodes (prior 2).
 	multiNode bool
 	// fixed holds the value of every parameter; free ones are overwritten
 	// from the optimisation vector.
@@ -167,46 +179,58 @@ type fitProblem struct {
 	// smooth is ε of the smoothed loss, in which each RMSE becomes
 	// sqrt(mean r² + ε²); 0 for the exact loss.
 	smooth float64
-	// scratch holds each point's predictions between the two passes of
-	// loss.
-	scratch []fitScratch
+	// Scratch space of the loss: per point, per micro-batch size
+	// (T_grad and its log), per shape (T_sync and its log).
+	scratch  []fitScratch
+	tg, lg   []float64
+	ts, ls   []float64
+	dTg, dTs []float64
 }
 
 func newFitProblem(points []ProfilePoint) *fitProblem {
-	f := &fitProblem{
-		points:  make([]fitPoint, len(points)),
-		scratch: make([]fitScratch, len(points)),
-		fixed:   fitInit,
-	}
-	pinned := [numParams]bool{}
-	distinctBsz, intra, retro := false, false, false
+	f := &fitProblem{points: make([]fitPoint, len(points)), fixed: fitInit}
+	bszIndex := map[float64]int{}
+	shapeIndex := map[fitShape]int{}
+	intra, retro := false, false
 	sumAccum := 0.0
 	for i, p := range points {
-		fp := fitPoint{
-			localBsz: p.LocalBsz,
-			retro:    math.Max(float64(p.Replicas-2), retrogressFloor),
-			logAccum: math.Log(p.AccumStepTime),
-			logOptim: math.Log(p.OptimStepTime),
-		}
+		sh := fitShape{retro: math.Max(float64(p.Replicas-2), retrogressFloor)}
 		switch {
 		case p.Nodes > 1:
-			fp.link = linkInter
+			sh.link = linkInter
 			f.multiNode = true
 		case p.Replicas > 1:
-			fp.link = linkIntra
+			sh.link = linkIntra
 			intra = true
 		}
 		if p.Replicas > 2 {
 			retro = true
 		}
-		if p.LocalBsz != points[0].LocalBsz {
-			distinctBsz = true
+		bi, ok := bszIndex[p.LocalBsz]
+		if !ok {
+			bi = len(f.bszs)
+			bszIndex[p.LocalBsz] = bi
+			f.bszs = append(f.bszs, p.LocalBsz)
 		}
+		si, ok := shapeIndex[sh]
+		if !ok {
+			si = len(f.shapes)
+			shapeIndex[sh] = si
+			f.shapes = append(f.shapes, sh)
+		}
+		f.points[i] = fitPoint{bsz: bi, shape: si, logAccum: math.Log(p.AccumStepTime), logOptim: math.Log(p.OptimStepTime)}
 		sumAccum += p.AccumStepTime
-		f.points[i] = fp
 	}
+	nb, ns := len(f.bszs), len(f.shapes)
+	buf := make([]float64, 3*nb+3*ns)
+	f.tg, f.lg, f.dTg = buf[:nb:nb], buf[nb:2*nb:2*nb], buf[2*nb:3*nb:3*nb]
+	buf = buf[3*nb:]
+	f.ts, f.ls, f.dTs = buf[:ns:ns], buf[ns:2*ns:2*ns], buf[2*ns:]
+	f.scratch = make([]fitScratch, len(points))
+
+	pinned := [numParams]bool{}
 	pin := func(i int, v float64) { f.fixed[i], pinned[i] = v, true }
-	if !distinctBsz { // prior 1
+	if nb == 1 { // prior 1
 		pin(iAlphaC, sumAccum/float64(len(points))/2)
 	}
 	if !f.multiNode { // prior 2 (the 1.1× rule follows the fit)
@@ -265,14 +289,6 @@ func coordBounds(i int) (lo, hi float64) {
 		return gammaMin, gammaMax
 	}
 	return math.Log(paramFloor), math.Inf(1)
-}
-
-func sigmoid(u float64) float64 {
-	if u >= 0 {
-		return 1 / (1 + math.Exp(-u))
-	}
-	e := math.Exp(u)
-	return e / (1 + e)
 }
 
 // fitSettings are the minimiser's settings, SciPy L-BFGS-B's defaults where
@@ -352,7 +368,8 @@ func (f *fitProblem) evaluate(x, grad []float64) float64 {
 
 // loss returns L(θ) and writes dL/dθ into grad (artifact goodput.py,
 // _obj_fn). Writing r1_i = log T̂_grad,i − log t_accum,i and r2_i = log
-// T̂_optstep,i − log t_optim,i, with RMSE_k = sqrt(mean r_k²):
+// T̂_optstep,i − log t_optim,i, with RMSE_k = sqrt(mean r_k² + ε²) (ε = 0
+// for the exact loss):
 //
 //	dRMSE_k/dr_k,i = r_k,i/(n·RMSE_k)
 //	d log T̂_grad/dT_grad = 1/T_grad
@@ -363,15 +380,31 @@ func (f *fitProblem) evaluate(x, grad []float64) float64 {
 func (f *fitProblem) loss(theta, grad *[numParams]float64) float64 {
 	n := float64(len(f.points))
 	gamma := theta[iGamma]
-	var ss1, ss2 float64
+	// Times shared by the points of one micro-batch size or one shape.
+	for b, m := range f.bszs {
+		f.tg[b] = theta[iAlphaC] + theta[iBetaC]*m
+		f.lg[b] = math.Log(f.tg[b])
+		f.dTg[b] = 0
+	}
+	for s, sh := range f.shapes {
+		alpha, beta := paramFloor, paramFloor
+		switch sh.link {
+		case linkInter:
+			alpha, beta = theta[iAlphaN], theta[iBetaN]
+		case linkIntra:
+			alpha, beta = theta[iAlphaR], theta[iBetaR]
+		}
+		f.ts[s] = alpha + beta*sh.retro
+		f.ls[s] = math.Log(f.ts[s])
+		f.dTs[s] = 0
+	}
 	// First pass: predictions and residuals.
+	var ss1, ss2 float64
 	for i, p := range f.points {
-		tg := theta[iAlphaC] + theta[iBetaC]*p.localBsz
-		ts := f.syncTime(theta, p)
-		lg, ls := math.Log(tg), math.Log(ts)
-		lo := logGammaNorm(lg, ls, gamma)
+		lg, ls := f.lg[p.bsz], f.ls[p.shape]
+		lo, wg := logGammaNorm(lg, ls, gamma)
 		e := &f.scratch[i]
-		e.tg, e.ts, e.lg, e.ls, e.lo = tg, ts, lg, ls, lo
+		e.lo, e.wg = lo, wg
 		e.r1, e.r2 = lg-p.logAccum, lo-p.logOptim
 		ss1 += e.r1 * e.r1
 		ss2 += e.r2 * e.r2
@@ -385,26 +418,34 @@ func (f *fitProblem) loss(theta, grad *[numParams]float64) float64 {
 	if rmse2 > 0 {
 		c2 = 1 / (n * rmse2)
 	}
+	// Second pass: the gradient, through dL/dT_grad per micro-batch size
+	// and dL/dT_sync per shape.
 	*grad = [numParams]float64{}
-	// Second pass: gradient.
 	for i, p := range f.points {
 		e := &f.scratch[i]
 		d1, d2 := e.r1*c1, e.r2*c2
-		wg := sigmoid(gamma * (e.lg - e.ls))
-		ws := 1 - wg
-		dTg := (d1 + d2*wg) / e.tg
-		grad[iAlphaC] += dTg
-		grad[iBetaC] += dTg * p.localBsz
-		grad[iGamma] += d2 * (wg*e.lg + ws*e.ls - e.lo) / gamma
-		if p.link != linkNone {
-			dTs := d2 * ws / e.ts
-			ia, ib := iAlphaR, iBetaR
-			if p.link == linkInter {
-				ia, ib = iAlphaN, iBetaN
-			}
-			grad[ia] += dTs
-			grad[ib] += dTs * p.retro
+		lg, ls := f.lg[p.bsz], f.ls[p.shape]
+		ws := 1 - e.wg
+		f.dTg[p.bsz] += d1 + d2*e.wg
+		f.dTs[p.shape] += d2 * ws
+		grad[iGamma] += d2 * (e.wg*lg + ws*ls - e.lo) / gamma
+	}
+	for b, m := range f.bszs {
+		d := f.dTg[b] / f.tg[b]
+		grad[iAlphaC] += d
+		grad[iBetaC] += d * m
+	}
+	for s, sh := range f.shapes {
+		if sh.link == linkNone {
+			continue
 		}
+		ia, ib := iAlphaR, iBetaR
+		if sh.link == linkInter {
+			ia, ib = iAlphaN, iBetaN
+		}
+		d := f.dTs[s] / f.ts[s]
+		grad[ia] += d
+		grad[ib] += d * sh.retro
 	}
 	gm1 := gamma - 1
 	qn := theta[iBetaN] / theta[iAlphaN]
@@ -417,23 +458,14 @@ func (f *fitProblem) loss(theta, grad *[numParams]float64) float64 {
 	return rmse1 + rmse2 + gammaRegWeight*gm1*gm1 + retroRegWeight*(qn*qn+qr*qr)
 }
 
-// syncTime is PerfParams.SyncTime on the fitting vector.
-func (f *fitProblem) syncTime(theta *[numParams]float64, p fitPoint) float64 {
-	switch p.link {
-	case linkInter:
-		return theta[iAlphaN] + theta[iBetaN]*p.retro
-	case linkIntra:
-		return theta[iAlphaR] + theta[iBetaR]*p.retro
-	default:
-		return paramFloor + paramFloor*p.retro
-	}
-}
-
 // logGammaNorm returns log((e^a)^γ + (e^b)^γ)/γ, stably (artifact
-// goodput.py, _predict_log_optim_time).
-func logGammaNorm(a, b, gamma float64) float64 {
-	if a < b {
-		a, b = b, a
+// goodput.py, _predict_log_optim_time), and the weight
+// w_a = (e^a)^γ/((e^a)^γ + (e^b)^γ) of its first term.
+func logGammaNorm(a, b, gamma float64) (float64, float64) {
+	if a >= b {
+		e := math.Exp(gamma * (b - a))
+		return a + math.Log1p(e)/gamma, 1 / (1 + e)
 	}
-	return a + math.Log1p(math.Exp(gamma*(b-a)))/gamma
+	e := math.Exp(gamma * (a - b))
+	return b + math.Log1p(e)/gamma, e / (1 + e)
 }

@@ -16,7 +16,7 @@ const (
 )
 
 // GoodputFunc is a job's goodput model: its throughput model, gradient
-// statistics and initial batch size M0 (Pollux, OSDI '21, §3.3; artifact
+// statistics and initial batch size M0 (Pollux, OSDI '21, "Goodput"; artifact
 // goodput.py, GoodputFunction):
 //
 //	GOODPUT(N, K, m, s) = THROUGHPUT(N, K, m, s) · EFFICIENCY(K·m·(s+1))
@@ -81,8 +81,8 @@ type Choice struct {
 	AccumSteps int `json:"accum_steps"`
 }
 
-// Optimize returns the configuration of highest goodput for replicas GPUs
-// on nodes nodes, searched as the artifact does (Pollux, OSDI '21, §4.1;
+// Optimize returns the configuration of highest goodput for replicas GPUs on
+// nodes nodes, searched as the artifact does (Pollux, OSDI '21, "PolluxAgent";
 // artifact goodput.py, GoodputFunction.optimize; pollux-reference.md §2):
 //
 //  1. 50 total batch sizes M, geometrically spaced from max(M0, minLocal·K)
@@ -122,25 +122,25 @@ func (f GoodputFunc) Optimize(nodes, replicas int, b Bounds) Choice {
 	k := float64(replicas)
 	minBatch := math.Max(m0, minLocal*k)
 
-	// The network time and its γ-th power do not depend on the candidate.
+	// The network time does not depend on the candidate.
 	p := f.Perf
 	tSync := p.SyncTime(nodes, replicas)
 
-	// numpy.geomspace: 10^linspace(log10(start), log10(stop)), with both
-	// ends set exactly.
-	logStart, logStop := math.Log10(minBatch), math.Log10(maxBatch)
-	step := (logStop - logStart) / (numCandidates - 1)
+	// numpy.geomspace: a geometric progression with both ends exact. The
+	// running product drifts from numpy's 10^linspace(...) by a few ulps,
+	// far inside the 1e−8 rounding tolerance.
+	ratio := math.Pow(maxBatch/minBatch, 1.0/(numCandidates-1))
 
 	var best Choice
+	prevM, prevS := -1.0, -1.0
+	batch := minBatch
 	for i := range numCandidates {
-		var batch float64
 		switch i {
 		case 0:
-			batch = minBatch
 		case numCandidates - 1:
 			batch = maxBatch
 		default:
-			batch = math.Pow(10, float64(i)*step+logStart)
+			batch *= ratio
 		}
 		local := batch / k
 		s := 0.0
@@ -154,9 +154,10 @@ func (f GoodputFunc) Optimize(nodes, replicas int, b Bounds) Choice {
 			s = math.Max(s, 0)
 		}
 		m := math.Ceil(local/(s+1) - roundingTol)
-		if m < minLocal || m > maxLocal {
-			continue
+		if m < minLocal || m > maxLocal || (m == prevM && s == prevS) {
+			continue // invalid, or the same configuration as the last one
 		}
+		prevM, prevS = m, s
 		total := k * m * (s + 1)
 		tGrad := p.AccumStepTime(m)
 		tIter := s*tGrad + gammaNorm(tGrad, tSync, p.Gamma)

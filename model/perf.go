@@ -7,8 +7,8 @@ import (
 )
 
 // Bounds of the throughput-model parameters and the constants of the
-// network-time formula (Pollux, OSDI '21, §3.1; artifact goodput.py,
-// fit_perf_params and _predict_network_time).
+// network-time formula (Pollux, OSDI '21, "Modeling System Throughput";
+// artifact goodput.py, fit_perf_params and _predict_network_time).
 const (
 	// paramFloor is the lower bound of every α and β parameter, the value a
 	// pinned (unobserved) parameter takes, and the network time of a job on
@@ -21,12 +21,12 @@ const (
 	retrogressFloor = 1e-8
 )
 
-// PerfParams are the seven throughput-model parameters (AlphaC, BetaC:
-// compute; AlphaN, BetaN: inter-node sync; AlphaR, BetaR: intra-node sync;
-// Gamma: overlap exponent), the paper's θ_sys = (α_grad, β_grad,
-// α^node_sync, β^node_sync, α^local_sync, β^local_sync, γ) (Pollux, OSDI '21,
-// §3.1; artifact goodput.py, PerfParams). Times are in seconds, batch sizes
-// in examples.
+// PerfParams are the seven throughput-model parameters (AlphaC, BetaC: compute;
+// AlphaN, BetaN: inter-node sync; AlphaR, BetaR: intra-node sync; Gamma:
+// overlap exponent), the paper's θ_sys = (α_grad, β_grad, α^node_sync,
+// β^node_sync, α^local_sync, β^local_sync, γ) (Pollux, OSDI '21, "Modeling
+// System Throughput"; artifact goodput.py, PerfParams). Times are in seconds,
+// batch sizes in examples.
 //
 // The zero value is not a usable model; see Validate.
 type PerfParams struct {
@@ -54,14 +54,15 @@ type PerfParams struct {
 //
 //	T_grad(m) = α_c + β_c·m
 //
-// (Pollux, OSDI '21, §3.1; artifact goodput.py, _predict_accum_time).
+// (Pollux, OSDI '21, "Modeling System Throughput"; artifact goodput.py,
+// _predict_accum_time).
 func (p PerfParams) AccumStepTime(localBsz float64) float64 {
 	return p.AlphaC + p.BetaC*localBsz
 }
 
 // SyncTime is the predicted time of the gradient all-reduce of a job with
-// replicas GPUs on nodes nodes (Pollux, OSDI '21, §3.1; artifact
-// goodput.py, _predict_network_time):
+// replicas GPUs on nodes nodes (Pollux, OSDI '21, "Modeling System Throughput";
+// artifact goodput.py, _predict_network_time):
 //
 //	T_sync = α_n + β_n·max(K−2, 1e−8)   if N > 1
 //	T_sync = α_r + β_r·max(K−2, 1e−8)   if N = 1 and K > 1
@@ -82,7 +83,7 @@ func (p PerfParams) SyncTime(nodes, replicas int) float64 {
 //
 //	T_optstep = (T_grad^γ + T_sync^γ)^(1/γ)
 //
-// (Pollux, OSDI '21, §3.1; artifact goodput.py,
+// (Pollux, OSDI '21, "Modeling System Throughput"; artifact goodput.py,
 // _predict_log_optim_time). The artifact evaluates it in log space; here it
 // is evaluated as the equal scaled form max·(1 + (min/max)^γ)^(1/γ), which
 // likewise cannot overflow for large γ.
@@ -95,7 +96,7 @@ func (p PerfParams) OptimStepTime(nodes, replicas int, localBsz float64) float64
 //
 //	T_iter = s·T_grad + T_optstep
 //
-// (Pollux, OSDI '21, §3.1; artifact goodput.py,
+// (Pollux, OSDI '21, "Modeling System Throughput"; artifact goodput.py,
 // GoodputFunction.throughput).
 func (p PerfParams) IterTime(nodes, replicas int, localBsz float64, accumSteps int) float64 {
 	tGrad := p.AccumStepTime(localBsz)
@@ -106,7 +107,7 @@ func (p PerfParams) IterTime(nodes, replicas int, localBsz float64, accumSteps i
 //
 //	THROUGHPUT = M / T_iter,  M = K·m·(s+1)
 //
-// (Pollux, OSDI '21, §3.1; artifact goodput.py,
+// (Pollux, OSDI '21, "Modeling System Throughput"; artifact goodput.py,
 // GoodputFunction.throughput).
 func (p PerfParams) Throughput(nodes, replicas int, localBsz float64, accumSteps int) float64 {
 	batch := float64(replicas) * localBsz * float64(accumSteps+1)
@@ -142,8 +143,11 @@ func gammaNorm(a, b, gamma float64) float64 {
 	if a < b {
 		a, b = b, a
 	}
-	if a == 0 {
+	switch {
+	case a == 0:
 		return 0
+	case gamma == 1:
+		return a + b
 	}
 	return a * math.Pow(1+math.Pow(b/a, gamma), 1/gamma)
 }

@@ -62,10 +62,10 @@ func TestOptimStepTime(t *testing.T) {
 		nodes, replicas int
 		m, want         float64
 	}{
-		"gamma 1 adds: 0.2 + 0.24":              {testPerf, 1, 4, 10, 0.44},
-		"gamma 2 is the Euclidean norm":         {withGamma(testPerf, 2), 2, 8, 10, math.Sqrt(0.2*0.2 + 0.8*0.8)},
-		"gamma 10 is nearly the max":            {withGamma(testPerf, 10), 2, 8, 10, 0.8 * math.Pow(1+math.Pow(0.25, 10), 0.1)},
-		"single GPU is the compute time":        {withGamma(testPerf, 2), 1, 1, 10, math.Sqrt(0.04 + (1e-8+1e-16)*(1e-8+1e-16))},
+		"gamma 1 adds: 0.2 + 0.24":       {testPerf, 1, 4, 10, 0.44},
+		"gamma 2 is the Euclidean norm":  {withGamma(testPerf, 2), 2, 8, 10, math.Sqrt(0.2*0.2 + 0.8*0.8)},
+		"gamma 10 is nearly the max":     {withGamma(testPerf, 10), 2, 8, 10, 0.8 * math.Pow(1+math.Pow(0.25, 10), 0.1)},
+		"single GPU is the compute time": {withGamma(testPerf, 2), 1, 1, 10, math.Sqrt(0.04 + (1e-8+1e-16)*(1e-8+1e-16))},
 		"huge times with gamma 10 do not overflow": {
 			PerfParams{AlphaC: 1e40, BetaC: 0, AlphaN: 1e40, BetaN: 0, AlphaR: 1, BetaR: 1, Gamma: 10},
 			2, 2, 1, 1e40 * math.Pow(2, 0.1),
@@ -116,14 +116,14 @@ func TestPerfParamsValidate(t *testing.T) {
 		p        PerfParams
 		wantErrs []string // substrings; none means valid
 	}{
-		"valid":                {p: testPerf},
-		"floor values":         {p: PerfParams{1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1}},
-		"gamma 10":             {p: withGamma(testPerf, 10)},
-		"NaN alpha_c":          {p: PerfParams{math.NaN(), 0.01, 0.5, 0.05, 0.2, 0.02, 1}, wantErrs: []string{"alpha_c: must be finite and at least 1e-08, got NaN"}},
-		"zero beta_n":          {p: PerfParams{0.1, 0.01, 0.5, 0, 0.2, 0.02, 1}, wantErrs: []string{"beta_n: must be finite and at least 1e-08, got 0"}},
-		"infinite alpha_r":     {p: PerfParams{0.1, 0.01, 0.5, 0.05, math.Inf(1), 0.02, 1}, wantErrs: []string{"alpha_r: must be finite"}},
-		"gamma below 1":        {p: withGamma(testPerf, 0.5), wantErrs: []string{"gamma: must be in [1, 10], got 0.5"}},
-		"gamma NaN":            {p: withGamma(testPerf, math.NaN()), wantErrs: []string{"gamma: must be in [1, 10], got NaN"}},
+		"valid":                 {p: testPerf},
+		"floor values":          {p: PerfParams{1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1}},
+		"gamma 10":              {p: withGamma(testPerf, 10)},
+		"NaN alpha_c":           {p: PerfParams{math.NaN(), 0.01, 0.5, 0.05, 0.2, 0.02, 1}, wantErrs: []string{"alpha_c: must be finite and at least 1e-08, got NaN"}},
+		"zero beta_n":           {p: PerfParams{0.1, 0.01, 0.5, 0, 0.2, 0.02, 1}, wantErrs: []string{"beta_n: must be finite and at least 1e-08, got 0"}},
+		"infinite alpha_r":      {p: PerfParams{0.1, 0.01, 0.5, 0.05, math.Inf(1), 0.02, 1}, wantErrs: []string{"alpha_r: must be finite"}},
+		"gamma below 1":         {p: withGamma(testPerf, 0.5), wantErrs: []string{"gamma: must be in [1, 10], got 0.5"}},
+		"gamma NaN":             {p: withGamma(testPerf, math.NaN()), wantErrs: []string{"gamma: must be in [1, 10], got NaN"}},
 		"zero value, all named": {p: PerfParams{}, wantErrs: []string{"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma"}},
 	}
 	for name, tc := range tests {

@@ -431,7 +431,10 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	for a := 1; a <= rows; a++ {
 		pr.skipPres[a] = gaSkipScale(1 / float64(a))
 	}
-	pr.dist = gaGrow(pr.dist, rows)
+	pr.masks = gaGrow(pr.masks, pr.words)
+	if cap(pr.clipped) < pr.stride {
+		pr.clipped = make([]uint32, 0, pr.stride)
+	}
 	pr.cnt = gaGrow(pr.cnt, pr.stride)
 	pr.used = gaGrow(pr.used, pr.stride)
 	pr.colsum = gaGrow(pr.colsum, pr.stride)

@@ -11,11 +11,12 @@ import (
 
 // BenchmarkPolluxOptimize measures one scheduling round with the
 // artifact's settings (population 100, 100 generations) on clusters of 4
-// GPUs per node with about 0.7 jobs per GPU, from a warm policy (seeded by
-// the previous round, as in steady operation).
+// GPUs per node: the artifact's 64 GPUs with 30 to 60 active jobs, then
+// 256 and 1024 GPUs with about 0.7 jobs per GPU. The policy is warm
+// (seeded by the previous round's front, as in steady operation).
 func BenchmarkPolluxOptimize(b *testing.B) {
-	for _, size := range []struct{ nodes, jobs int }{{16, 45}, {64, 180}, {256, 720}} {
-		b.Run(fmt.Sprintf("gpus=%d", size.nodes*4), func(b *testing.B) {
+	for _, size := range []struct{ nodes, jobs int }{{16, 30}, {16, 45}, {16, 60}, {64, 180}, {256, 720}} {
+		b.Run(fmt.Sprintf("gpus=%d/jobs=%d", size.nodes*4, size.jobs), func(b *testing.B) {
 			in := policytest.ClusterInput(1, size.nodes, 4, size.jobs)
 			p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
 			if err != nil {

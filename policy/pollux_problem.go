@@ -47,7 +47,8 @@ type polluxProblem struct {
 	skipPres []float64 // p = 1/a, a = 0..#jobs
 
 	// Scratch.
-	dist    []bool
+	masks   []uint64
+	clipped []uint32
 	cnt     []int32
 	used    []int32
 	colsum  []int32
@@ -206,10 +207,11 @@ func polluxRaise(rng *rand.Rand, x []uint8, i int, limit int32) {
 //	    stay counted in (d) for the jobs after it, as in the artifact).
 //
 // Steps (a) to (e) for job j depend only on rows ≤ j, so one pass in job
-// order does them all, visiting only non-zero entries. The hash adds up a
-// mix of each allocated row's index and non-zero entries. The objectives,
-// both minimised, are −FITNESS_p and −UTILITY (Pollux, OSDI '21, §4.2;
-// artifact Problem._evaluate and get_cluster_utilities):
+// order does them all, visiting only non-zero entries; (d) is done
+// together with (a) and undone when (b) or (c) must trim first. The hash
+// adds up a mix of each allocated row's index and non-zero entries. The
+// objectives, both minimised, are −FITNESS_p and −UTILITY (Pollux, OSDI
+// '21, §4.2; artifact Problem._evaluate and get_cluster_utilities):
 //
 //	S_j        = SPEEDUP_j(A_j)·d·#nodes, times the restart factor if row j
 //	             differs from the current allocation;
@@ -218,29 +220,32 @@ func polluxRaise(rng *rand.Rand, x []uint8, i int, limit int32) {
 func (pr *polluxProblem) repairEval(rng *rand.Rand, x []uint8) (float64, float64, uint64) {
 	rows, stride, words := pr.rows, pr.stride, pr.words
 	avoid := pr.avoid
-	if avoid {
-		for j := range rows {
-			row := x[j*stride : (j+1)*stride]
-			nz := 0
-			for k := range words {
-				nz += bits.OnesCount64(gaNonzeroBytes(gaWord(row, k)))
-			}
-			pr.dist[j] = nz > 1
-		}
-		clear(pr.cnt)
-	}
-	used, colsum, capacity, cnt := pr.used, pr.colsum, pr.capacity, pr.cnt
+	used, colsum, capacity, cnt, masks := pr.used, pr.colsum, pr.capacity, pr.cnt, pr.masks
 	clear(used)
 	clear(colsum)
+	if avoid {
+		clear(cnt)
+	}
 	var acc, util float64
 	var hash uint64
 	for j := range rows {
 		row := x[j*stride : (j+1)*stride : (j+1)*stride]
-		// (a) Interference avoidance, and the row's size.
-		var sum, nz int32
-		dist := avoid && pr.dist[j]
+		// Row j is still as it entered repair: whether the job is
+		// distributed is decided here.
+		nz0 := 0
 		for k := range words {
-			for m := gaNonzeroBytes(gaWord(row, k)); m != 0; m &= m - 1 {
+			m := gaNonzeroBytes(gaWord(row, k))
+			masks[k] = m
+			nz0 += bits.OnesCount64(m)
+		}
+		dist := avoid && nz0 > 1
+		// (a) and, provisionally, (d) in one pass: (d) is undone in the
+		// rare case that (b) or (c) must trim the row first.
+		var sumA, nzA, sum, nz int32
+		rowHash := uint64(j)
+		clipped := pr.clipped[:0]
+		for k := range words {
+			for m := masks[k]; m != 0; m &= m - 1 {
 				n := 8*k + bits.TrailingZeros64(m)>>3
 				if avoid {
 					c := cnt[n]
@@ -256,21 +261,42 @@ func (pr *polluxProblem) repairEval(rng *rand.Rand, x []uint8) (float64, float64
 						}
 					}
 				}
-				sum += int32(row[n])
-				nz++
+				v := int32(row[n])
+				sumA += v
+				nzA++
+				if room := capacity[n] - used[n]; v > room {
+					clipped = append(clipped, uint32(n)<<8|uint32(v))
+					v = room
+					row[n] = uint8(v)
+				}
+				used[n] += v
+				if v != 0 {
+					colsum[n] += v
+					sum += v
+					nz++
+					rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(n)<<8 | uint64(v)
+				}
 			}
 		}
+		pr.clipped = clipped
 		// (b), (c) Per-job caps.
-		if sum > pr.maxRep[j] || nz > pr.maxNodes {
+		if sumA > pr.maxRep[j] || nzA > pr.maxNodes {
+			for n, v := range row {
+				used[n] -= int32(v)
+				colsum[n] -= int32(v)
+			}
+			for _, c := range clipped {
+				row[c>>8] = uint8(c)
+			}
 			pr.trim(rng, row[:pr.cols], pr.maxRep[j], pr.maxNodes)
-		}
-		// (d) Node capacity, cumulative in job order.
-		sum, nz = 0, 0
-		rowHash := uint64(j)
-		for k := range words {
-			for m := gaNonzeroBytes(gaWord(row, k)); m != 0; m &= m - 1 {
-				n := 8*k + bits.TrailingZeros64(m)>>3
-				v := int32(row[n])
+			// (d) Node capacity, cumulative in job order.
+			sum, nz = 0, 0
+			rowHash = uint64(j)
+			for n, v8 := range row {
+				if v8 == 0 {
+					continue
+				}
+				v := int32(v8)
 				if room := capacity[n] - used[n]; v > room {
 					v = room
 					row[n] = uint8(v)

@@ -28,7 +28,11 @@ func generated(t *testing.T, startHours float64, seed uint64) ([]workload.Job, s
 	a := applications(t)
 	configs := func(app string) []workload.Config {
 		var out []workload.Config
-		for _, c := range a[app].Configurations(0.5, 0.8) {
+		cs, err := a[app].Configurations(0.5, 0.8)
+		if err != nil {
+			t.Errorf("configurations of %s: %v", app, err)
+		}
+		for _, c := range cs {
 			out = append(out, workload.Config{Replicas: c.Replicas, BatchSize: c.BatchSize})
 		}
 		return out
@@ -89,7 +93,7 @@ func TestQuality(t *testing.T) {
 		name := fmt.Sprintf("workload-%d", i)
 		s := sums["pollux/"+name]
 		total += s.AvgJCT
-		fmt.Fprintf(&sb, "%-28s %9.1f %9.1f %9.0f %10.0f %8.2f %9.1f\n", "pollux/"+name, s.AvgJCT, ref["pollux"][name], s.P99JCT, s.Makespan, s.RestartsPerJob, s.OptimizeMSMedian)
+		fmt.Fprintf(&sb, "%-28s %9.1f %9.1f %9.0f %10.0f %8.2f %9.1f\n", "pollux/"+name, s.AvgJCT, ref["pollux"][name], s.P99JCT, s.Makespan, s.RestartsPerJob, s.OptimizeMsMedian)
 		if s.Completed != s.Jobs {
 			t.Errorf("%s: %d of %d jobs completed", name, s.Completed, s.Jobs)
 		}

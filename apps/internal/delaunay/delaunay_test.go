@@ -277,3 +277,25 @@ simplices 2
 		})
 	}
 }
+
+// TestExactPathsAgree checks the big.Float evaluation against big.Rat on
+// inputs whose determinants vanish or nearly vanish, including exponent
+// gaps wide enough to force the rational fallback.
+func TestExactPathsAgree(t *testing.T) {
+	tests := map[string][5]vec{
+		"grid cospherical":   {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 1, 1}},
+		"anisotropic":        {{1, 1, 32}, {4, 16, 32768}, {2, 8, 45}, {3, 9, 5803}, {16, 64, 8}},
+		"tiny offsets":       {{1, 1, 1}, {1 + 0x1p-40, 1, 1}, {1, 1 + 0x1p-40, 1}, {1, 1, 1 + 0x1p-40}, {1 + 0x1p-40, 1 + 0x1p-40, 1 + 0x1p-40}},
+		"huge exponent gaps": {{1e300, 1e-300, 0}, {1e-300, 1e300, 1e-300}, {1e300, 1e300, 1e300}, {1e-300, 1e-300, 1e300}, {1, 1e-300, 1e300}},
+	}
+	for name, p := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got, want := orientExact(p[0], p[1], p[2], p[3]), orientRat(p[0], p[1], p[2], p[3]); got != want {
+				t.Errorf("orient: big.Float %d, big.Rat %d", got, want)
+			}
+			if got, want := inSphereExact(p[0], p[1], p[2], p[3], p[4]), inSphereRat(p[0], p[1], p[2], p[3], p[4]); got != want {
+				t.Errorf("insphere: big.Float %d, big.Rat %d", got, want)
+			}
+		})
+	}
+}

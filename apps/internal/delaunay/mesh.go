@@ -35,7 +35,16 @@ type Mesh struct {
 	transform  [][4][3]float64
 	degenerate []bool
 	lo, hi     [3]float64
+	// boxes holds each simplex's bounding box, widened by boxMargin of its
+	// extent, a conservative filter before the barycentric test of the
+	// brute-force scan (it never changes the outcome).
+	boxes [][2][3]float64
 }
+
+// boxMargin widens the bounding boxes of the brute-force filter: far more
+// than the barycentric tolerances (at most epsBroad ≈ 1.5e-8 of a
+// simplex's extent) allow a point to lie outside its simplex.
+const boxMargin = 1e-6
 
 // NewMesh returns a mesh over points made of simplices (indices into points)
 // with their neighbours (neighbors[s][k] is the simplex across the face
@@ -74,6 +83,7 @@ func NewMesh(points [][3]float64, simplices, neighbors [][4]int, equations [][5]
 		paraboloidShift: paraboloidShift,
 		transform:       make([][4][3]float64, len(simplices)),
 		degenerate:      make([]bool, len(simplices)),
+		boxes:           make([][2][3]float64, len(simplices)),
 	}
 	m.lo, m.hi = points[0], points[0]
 	for _, p := range points {
@@ -84,6 +94,19 @@ func NewMesh(points [][3]float64, simplices, neighbors [][4]int, equations [][5]
 	}
 	for s, simplex := range simplices {
 		m.transform[s], m.degenerate[s] = barycentricTransform(points, simplex)
+		lo, hi := points[simplex[0]], points[simplex[0]]
+		for _, v := range simplex[1:] {
+			for i := range 3 {
+				lo[i] = min(lo[i], points[v][i])
+				hi[i] = max(hi[i], points[v][i])
+			}
+		}
+		ext := max(hi[0]-lo[0], hi[1]-lo[1], hi[2]-lo[2]) * boxMargin
+		for i := range 3 {
+			lo[i] -= ext + math.Abs(lo[i])*dblEpsilon
+			hi[i] += ext + math.Abs(hi[i])*dblEpsilon
+		}
+		m.boxes[s] = [2][3]float64{lo, hi}
 	}
 	return m, nil
 }
@@ -299,6 +322,12 @@ func (m *Mesh) directed(s int, x [3]float64) (int, [4]float64, bool) {
 	return m.bruteForce(x)
 }
 
+// inBox reports whether x lies in the widened bounding box of simplex s.
+func (m *Mesh) inBox(s int, x [3]float64) bool {
+	b := &m.boxes[s]
+	return x[0] >= b[0][0] && x[0] <= b[1][0] && x[1] >= b[0][1] && x[1] <= b[1][1] && x[2] >= b[0][2] && x[2] <= b[1][2]
+}
+
 // bruteForce scans all simplices in order (SciPy's
 // _find_simplex_bruteforce): a valid simplex containing x is returned; a
 // degenerate one is replaced by a neighbour that contains x with extra
@@ -306,6 +335,9 @@ func (m *Mesh) directed(s int, x [3]float64) (int, [4]float64, bool) {
 func (m *Mesh) bruteForce(x [3]float64) (int, [4]float64, bool) {
 	for s := range m.simplices {
 		if !m.degenerate[s] {
+			if !m.inBox(s, x) {
+				continue
+			}
 			if c := m.barycentric(s, x); inside(c) {
 				return s, c, true
 			}
@@ -313,7 +345,7 @@ func (m *Mesh) bruteForce(x [3]float64) (int, [4]float64, bool) {
 		}
 		for k := range 4 {
 			n := m.neighbors[s][k]
-			if n == -1 || m.degenerate[n] {
+			if n == -1 || m.degenerate[n] || !m.inBox(n, x) {
 				continue
 			}
 			c := m.barycentric(n, x)

@@ -41,6 +41,23 @@ func orient(a, b, c, d vec) int {
 
 // orientExact returns the sign of det[a−d; b−d; c−d] in exact arithmetic.
 func orientExact(a, b, c, d vec) int {
+	var e exact
+	var ad, bd, cd [3]*big.Float
+	for i := range 3 {
+		ad[i] = e.sub(a[i], d[i])
+		bd[i] = e.sub(b[i], d[i])
+		cd[i] = e.sub(c[i], d[i])
+	}
+	sign := e.det3(ad, bd, cd).Sign()
+	if e.inexact {
+		return orientRat(a, b, c, d)
+	}
+	return sign
+}
+
+// orientRat is orientExact with rational arithmetic, for the rare inputs
+// whose exponents are too far apart for exactPrec bits.
+func orientRat(a, b, c, d vec) int {
 	var ad, bd, cd [3]*big.Rat
 	for i := range 3 {
 		ad[i] = sub(a[i], d[i])
@@ -48,6 +65,49 @@ func orientExact(a, b, c, d vec) int {
 		cd[i] = sub(c[i], d[i])
 	}
 	return det3(ad, bd, cd).Sign()
+}
+
+// exactPrec is the precision of the big.Float evaluation of determinants:
+// ample for float64 inputs of comparable magnitude; every operation's
+// accuracy is checked, and an inexact one falls back to big.Rat.
+const exactPrec = 4096
+
+// exact evaluates sums and products of float64 values in big.Float,
+// recording whether any rounding occurred.
+type exact struct{ inexact bool }
+
+func (e *exact) check(x *big.Float) *big.Float {
+	if x.Acc() != big.Exact {
+		e.inexact = true
+	}
+	return x
+}
+
+func (e *exact) sub(x, y float64) *big.Float {
+	fx := new(big.Float).SetPrec(exactPrec).SetFloat64(x)
+	fy := new(big.Float).SetPrec(exactPrec).SetFloat64(y)
+	return e.check(fx.Sub(fx, fy))
+}
+
+func (e *exact) mul(x, y *big.Float) *big.Float {
+	return e.check(new(big.Float).SetPrec(exactPrec).Mul(x, y))
+}
+
+func (e *exact) add(x, y *big.Float) *big.Float {
+	return e.check(new(big.Float).SetPrec(exactPrec).Add(x, y))
+}
+
+func (e *exact) minus(x, y *big.Float) *big.Float {
+	return e.check(new(big.Float).SetPrec(exactPrec).Sub(x, y))
+}
+
+// det3 returns the determinant of the 3×3 matrix with rows r0, r1, r2.
+func (e *exact) det3(r0, r1, r2 [3]*big.Float) *big.Float {
+	minor := func(a, b, c, d *big.Float) *big.Float { return e.minus(e.mul(a, d), e.mul(b, c)) }
+	t0 := e.mul(r0[0], minor(r1[1], r1[2], r2[1], r2[2]))
+	t1 := e.mul(r0[1], minor(r1[0], r1[2], r2[0], r2[2]))
+	t2 := e.mul(r0[2], minor(r1[0], r1[1], r2[0], r2[1]))
+	return e.add(e.minus(t0, t1), t2)
 }
 
 // inSphere returns +1 when e lies strictly inside the circumsphere of the
@@ -109,6 +169,42 @@ func inSphere(a, b, c, d, e vec) int {
 // inSphereExact returns the sign of Shewchuk's insphere determinant
 // det[p−e, |p−e|²] over p = a, b, c, d, in exact arithmetic.
 func inSphereExact(a, b, c, d, e vec) int {
+	var x exact
+	var rows [4][4]*big.Float
+	for r, p := range [4]vec{a, b, c, d} {
+		lift := new(big.Float).SetPrec(exactPrec)
+		for i := range 3 {
+			rows[r][i] = x.sub(p[i], e[i])
+			lift = x.add(lift, x.mul(rows[r][i], rows[r][i]))
+		}
+		rows[r][3] = lift
+	}
+	// Laplace expansion along the lift column: det = Σ_r (−1)^(r+3) lift_r · M_r3.
+	det := new(big.Float).SetPrec(exactPrec)
+	for r := range 4 {
+		var m [3][3]*big.Float
+		k := 0
+		for q := range 4 {
+			if q != r {
+				m[k] = [3]*big.Float{rows[q][0], rows[q][1], rows[q][2]}
+				k++
+			}
+		}
+		term := x.mul(rows[r][3], x.det3(m[0], m[1], m[2]))
+		if (r+3)%2 == 1 {
+			det = x.minus(det, term)
+		} else {
+			det = x.add(det, term)
+		}
+	}
+	if x.inexact {
+		return inSphereRat(a, b, c, d, e)
+	}
+	return det.Sign()
+}
+
+// inSphereRat is inSphereExact with rational arithmetic.
+func inSphereRat(a, b, c, d, e vec) int {
 	rows := [4][4]*big.Rat{}
 	for r, p := range [4]vec{a, b, c, d} {
 		lift := new(big.Rat)
@@ -118,17 +214,15 @@ func inSphereExact(a, b, c, d, e vec) int {
 		}
 		rows[r][3] = lift
 	}
-	// Laplace expansion along the lift column: det = Σ_r (−1)^(r+3) lift_r · M_r3.
 	det := new(big.Rat)
 	for r := range 4 {
 		var m [3][3]*big.Rat
 		k := 0
 		for q := range 4 {
-			if q == r {
-				continue
+			if q != r {
+				m[k] = [3]*big.Rat{rows[q][0], rows[q][1], rows[q][2]}
+				k++
 			}
-			m[k] = [3]*big.Rat{rows[q][0], rows[q][1], rows[q][2]}
-			k++
 		}
 		term := new(big.Rat).Mul(rows[r][3], det3(m[0], m[1], m[2]))
 		if (r+3)%2 == 1 {
