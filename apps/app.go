@@ -48,7 +48,7 @@ type Application struct {
 	points [][3]float64
 	values [][2]float64
 
-	reference *delaunay.Mesh // recorded tessellation, or nil
+	reference []byte // recorded tessellation (Options.Reference), or nil
 	meshOnce  sync.Once
 	mesh      *delaunay.Mesh
 	meshErr   error
@@ -244,32 +244,46 @@ func Load(fsys fs.FS, dir string, opts Options) (*Application, error) {
 	}
 
 	if opts.Reference != nil {
-		m, err := readReference(opts.Reference, a.Name)
+		// Check the recorded points now; parse the simplices lazily.
+		r, err := referenceReader(opts.Reference, a.Name)
 		if err != nil {
 			return nil, err
 		}
-		if m.NumPoints() != len(a.points) {
-			return nil, fmt.Errorf("failed to load %s: %w: %d recorded points, %d in the profile", dir, ErrReferenceMismatch, m.NumPoints(), len(a.points))
+		pts, err := delaunay.ReadQhullPoints(r, "tessellation of "+a.Name)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read the recorded tessellation of %s: %w", a.Name, err)
+		}
+		if len(pts) != len(a.points) {
+			return nil, fmt.Errorf("failed to load %s: %w: %d recorded points, %d in the profile", dir, ErrReferenceMismatch, len(pts), len(a.points))
 		}
 		for i, p := range a.points {
-			if m.Point(i) != p {
-				return nil, fmt.Errorf("failed to load %s: %w: point %d is %v, recorded %v", dir, ErrReferenceMismatch, i, p, m.Point(i))
+			if pts[i] != p {
+				return nil, fmt.Errorf("failed to load %s: %w: point %d is %v, recorded %v", dir, ErrReferenceMismatch, i, p, pts[i])
 			}
 		}
-		a.reference = m
+		a.reference = opts.Reference
 	}
 	return a, nil
 }
 
-// readReference parses a recorded tessellation, gunzipping it if needed.
-func readReference(data []byte, name string) (*delaunay.Mesh, error) {
-	var r io.Reader = bytes.NewReader(data)
+// referenceReader returns a reader of a recorded tessellation, gunzipping
+// it if needed.
+func referenceReader(data []byte, name string) (io.Reader, error) {
 	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
-		zr, err := gzip.NewReader(r)
+		zr, err := gzip.NewReader(bytes.NewReader(data))
 		if err != nil {
 			return nil, fmt.Errorf("failed to read the recorded tessellation of %s: %w", name, err)
 		}
-		r = zr
+		return zr, nil
+	}
+	return bytes.NewReader(data), nil
+}
+
+// readReference parses a recorded tessellation.
+func readReference(data []byte, name string) (*delaunay.Mesh, error) {
+	r, err := referenceReader(data, name)
+	if err != nil {
+		return nil, err
 	}
 	m, err := delaunay.ReadQhull(r, "tessellation of "+name)
 	if err != nil {

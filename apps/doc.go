@@ -22,8 +22,10 @@
 //     that SciPy/Qhull computes (recorded in qhull/*.txt.gz by
 //     qhull/export.py), which reproduces the artifact's values exactly.
 //     Profiles that do not match a recording are triangulated in Go
-//     (package internal/delaunay), within a few per cent of SciPy on
-//     average but not exactly.
+//     (package internal/delaunay): a valid Delaunay triangulation, but where
+//     it chooses differently from Qhull the values differ (on the artifact's
+//     profiles, measured on 18,656 grid queries: 57–69% identical, mean
+//     |relative difference| 0.6–1.5%, 99th percentile 6–15%, up to 29%).
 //   - GradStats, Iteration: linear interpolation between the two nearest
 //     validated batch sizes, per epoch.
 //   - Progress: the minimum over validated batch sizes of the cumulative

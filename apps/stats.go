@@ -85,11 +85,12 @@ func (a *Application) Iteration(batchSize float64, epoch int) float64 {
 }
 
 // Progress returns the statistical progress (scale-invariant iterations)
-// needed to complete the first epoch epochs: 0 for epoch 0, else the
-// minimum over validated batch sizes of the cumulative progress after
-// epoch epoch−1 (0-based row epoch−1; artifact get_progress). The total work
-// of a job is Progress(MaxEpochs). It panics if epoch is outside
-// [0, MaxEpochs]. Values are precomputed at Load.
+// at which a job has completed epoch epochs: 0 for epoch 0, else the
+// minimum over validated batch sizes of the cumulative progress in row
+// epoch−1 of the validation files (artifact get_progress;
+// pollux-reference.md §4). A job in epoch e crosses into epoch e+1 at
+// Progress(e+1), and its total work is Progress(MaxEpochs). It panics if
+// epoch is outside [0, MaxEpochs]. Values are precomputed at Load.
 func (a *Application) Progress(epoch int) float64 {
 	if epoch < 0 || epoch > a.MaxEpochs {
 		panic(fmt.Sprintf("apps: %s: Progress epoch %d outside [0, %d]", a.Name, epoch, a.MaxEpochs))

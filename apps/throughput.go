@@ -161,12 +161,12 @@ func interp1(rows []placementRow, x int) (float64, float64, error) {
 	return step, sync, nil
 }
 
-// mesh returns the tessellation for 3-D interpolation, building it on
-// first use.
+// tessellation returns the mesh for 3-D interpolation, reading the
+// recorded tessellation or triangulating on first use.
 func (a *Application) tessellation() (*delaunay.Mesh, error) {
 	a.meshOnce.Do(func() {
 		if a.reference != nil {
-			a.mesh = a.reference
+			a.mesh, a.meshErr = readReference(a.reference, a.Name)
 			return
 		}
 		a.mesh, a.meshErr = delaunay.Triangulate(a.points)

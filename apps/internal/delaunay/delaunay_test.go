@@ -299,3 +299,23 @@ func TestExactPathsAgree(t *testing.T) {
 		})
 	}
 }
+
+// FuzzReadQhull checks that arbitrary input never makes ReadQhull panic.
+func FuzzReadQhull(f *testing.F) {
+	f.Add([]byte("points 4\n0 0 0\n1 0 0\n0 1 0\n0 0 1\nparaboloid 1 0\nsimplices 1\n0 1 2 3 -1 -1 -1 -1 0 0 0 -1 0\n"))
+	f.Add([]byte("points 1\n0 0 0\nparaboloid 1 0\nsimplices 1\n0 0 0 0 5 5 5 5 0 0 0 0 0\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ReadQhull(strings.NewReader(string(data)), "fuzz")
+		if err != nil {
+			return
+		}
+		m.Locate([3]float64{0.1, 0.1, 0.1})
+	})
+}
+
+func TestNewMeshRejectsNaN(t *testing.T) {
+	_, err := ReadQhull(strings.NewReader("points 4\n0 0 0\n1 0 0\n0 1 0\n0 0 nan\nparaboloid 1 0\nsimplices 1\n0 1 2 3 -1 -1 -1 -1 0 0 0 -1 0\n"), "nan.txt")
+	if err == nil || !strings.Contains(err.Error(), "non-finite") {
+		t.Errorf("error = %v, want a non-finite coordinate error", err)
+	}
+}

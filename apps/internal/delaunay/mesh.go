@@ -64,6 +64,13 @@ func NewMesh(points [][3]float64, simplices, neighbors [][4]int, equations [][5]
 	if equations != nil && len(equations) != len(simplices) {
 		return nil, fmt.Errorf("failed to build mesh: %d equations for %d simplices", len(equations), len(simplices))
 	}
+	for i, p := range points {
+		for _, x := range p {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("failed to build mesh: point %d: non-finite coordinate in %v", i, p)
+			}
+		}
+	}
 	for s := range simplices {
 		for k := range 4 {
 			if v := simplices[s][k]; v < 0 || v >= len(points) {

@@ -23,78 +23,22 @@ import (
 // and paraboloid_shift. Floats must be written with enough digits to round
 // trip (Python's repr does). name is used in error messages.
 func ReadQhull(r io.Reader, name string) (*Mesh, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
-	line := 0
-	next := func() ([]string, error) {
-		for sc.Scan() {
-			line++
-			t := strings.TrimSpace(sc.Text())
-			if t == "" || strings.HasPrefix(t, "#") {
-				continue
-			}
-			return strings.Fields(t), nil
-		}
-		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("failed to read %s: %w", name, err)
-		}
-		return nil, fmt.Errorf("%s:%d: unexpected end of file", name, line)
-	}
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s:%d: %s", name, line, fmt.Sprintf(format, args...))
-	}
-	header := func(key string, nvals int) ([]string, error) {
-		f, err := next()
-		if err != nil {
-			return nil, err
-		}
-		if f[0] != key || len(f) != nvals+1 {
-			return nil, fail("want %q with %d value(s), got %q", key, nvals, strings.Join(f, " "))
-		}
-		return f[1:], nil
-	}
-	count := func(key string) (int, error) {
-		f, err := header(key, 1)
-		if err != nil {
-			return 0, err
-		}
-		n, err := strconv.Atoi(f[0])
-		if err != nil || n <= 0 {
-			return 0, fail("%s: not a positive count %q", key, f[0])
-		}
-		return n, nil
-	}
-
-	np, err := count("points")
+	q := newQhullReader(r, name)
+	points, err := q.points()
 	if err != nil {
 		return nil, err
 	}
-	points := make([][3]float64, np)
-	for i := range points {
-		f, err := next()
-		if err != nil {
-			return nil, err
-		}
-		if len(f) != 3 {
-			return nil, fail("point %d: want 3 coordinates, got %d", i, len(f))
-		}
-		for k := range 3 {
-			if points[i][k], err = strconv.ParseFloat(f[k], 64); err != nil {
-				return nil, fail("point %d: coordinate %d: not a number %q", i, k, f[k])
-			}
-		}
-	}
-	pf, err := header("paraboloid", 2)
+	pf, err := q.header("paraboloid", 2)
 	if err != nil {
 		return nil, err
 	}
 	var parab [2]float64
 	for k := range 2 {
 		if parab[k], err = strconv.ParseFloat(pf[k], 64); err != nil {
-			return nil, fail("paraboloid: not a number %q", pf[k])
+			return nil, q.fail("paraboloid: not a number %q", pf[k])
 		}
 	}
-	ns, err := count("simplices")
+	ns, err := q.count("simplices")
 	if err != nil {
 		return nil, err
 	}
@@ -102,33 +46,122 @@ func ReadQhull(r io.Reader, name string) (*Mesh, error) {
 	neighbors := make([][4]int, ns)
 	equations := make([][5]float64, ns)
 	for s := range ns {
-		f, err := next()
+		f, err := q.next()
 		if err != nil {
 			return nil, err
 		}
 		if len(f) != 13 {
-			return nil, fail("simplex %d: want 13 fields, got %d", s, len(f))
+			return nil, q.fail("simplex %d: want 13 fields, got %d", s, len(f))
 		}
 		for k := range 4 {
 			if simplices[s][k], err = strconv.Atoi(f[k]); err != nil {
-				return nil, fail("simplex %d: vertex %d: not an integer %q", s, k, f[k])
+				return nil, q.fail("simplex %d: vertex %d: not an integer %q", s, k, f[k])
 			}
 			if neighbors[s][k], err = strconv.Atoi(f[4+k]); err != nil {
-				return nil, fail("simplex %d: neighbour %d: not an integer %q", s, k, f[4+k])
+				return nil, q.fail("simplex %d: neighbour %d: not an integer %q", s, k, f[4+k])
 			}
 		}
 		for k := range 5 {
 			if equations[s][k], err = strconv.ParseFloat(f[8+k], 64); err != nil {
-				return nil, fail("simplex %d: equation %d: not a number %q", s, k, f[8+k])
+				return nil, q.fail("simplex %d: equation %d: not a number %q", s, k, f[8+k])
 			}
 		}
 	}
-	if f, err := next(); err == nil {
-		return nil, fail("unexpected data after the last simplex: %q", strings.Join(f, " "))
+	if f, err := q.next(); err == nil {
+		return nil, q.fail("unexpected data after the last simplex: %q", strings.Join(f, " "))
 	}
 	m, err := NewMesh(points, simplices, neighbors, equations, parab[0], parab[1])
 	if err != nil {
 		return nil, fmt.Errorf("failed to read %s: %w", name, err)
 	}
 	return m, nil
+}
+
+// ReadQhullPoints reads only the points section of a recorded tessellation
+// (see ReadQhull), to check cheaply which points it tessellates.
+func ReadQhullPoints(r io.Reader, name string) ([][3]float64, error) {
+	return newQhullReader(r, name).points()
+}
+
+// qhullReader reads the fields of the significant lines of a recording.
+type qhullReader struct {
+	sc   *bufio.Scanner
+	name string
+	line int
+}
+
+func newQhullReader(r io.Reader, name string) *qhullReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+	return &qhullReader{sc: sc, name: name}
+}
+
+// next returns the fields of the next line that is neither blank nor a
+// comment.
+func (q *qhullReader) next() ([]string, error) {
+	for q.sc.Scan() {
+		q.line++
+		t := strings.TrimSpace(q.sc.Text())
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		return strings.Fields(t), nil
+	}
+	if err := q.sc.Err(); err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", q.name, err)
+	}
+	return nil, fmt.Errorf("%s:%d: unexpected end of file", q.name, q.line)
+}
+
+func (q *qhullReader) fail(format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", q.name, q.line, fmt.Sprintf(format, args...))
+}
+
+// header reads a line "key v1 ... vn" and returns the values.
+func (q *qhullReader) header(key string, nvals int) ([]string, error) {
+	f, err := q.next()
+	if err != nil {
+		return nil, err
+	}
+	if f[0] != key || len(f) != nvals+1 {
+		return nil, q.fail("want %q with %d value(s), got %q", key, nvals, strings.Join(f, " "))
+	}
+	return f[1:], nil
+}
+
+// count reads a line "key n" with n > 0.
+func (q *qhullReader) count(key string) (int, error) {
+	f, err := q.header(key, 1)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= 0 {
+		return 0, q.fail("%s: not a positive count %q", key, f[0])
+	}
+	return n, nil
+}
+
+// points reads the points section.
+func (q *qhullReader) points() ([][3]float64, error) {
+	np, err := q.count("points")
+	if err != nil {
+		return nil, err
+	}
+	points := make([][3]float64, np)
+	for i := range points {
+		f, err := q.next()
+		if err != nil {
+			return nil, err
+		}
+		if len(f) != 3 {
+			return nil, q.fail("point %d: want 3 coordinates, got %d", i, len(f))
+		}
+		for k := range 3 {
+			if points[i][k], err = strconv.ParseFloat(f[k], 64); err != nil {
+				return nil, q.fail("point %d: coordinate %d: not a number %q", i, k, f[k])
+			}
+		}
+	}
+	return points, nil
 }
