@@ -502,7 +502,7 @@ func TestPolluxRepairMatchesArtifactCumsum(t *testing.T) {
 		if total == 0 {
 			continue
 		}
-		pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: trial%2 == 0, MaxNodesPerJob: 1000})
+		pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: trial%2 == 0, ArtifactInterferenceQuirk: true, MaxNodesPerJob: 1000})
 		x := make([]uint8, pr.rows*pr.stride)
 		for j := range pr.rows {
 			for n := range pr.cols {
@@ -534,15 +534,16 @@ func TestPolluxRepairInterferenceQuirk(t *testing.T) {
 		},
 	}
 	tests := map[string]struct {
-		avoid bool
-		want  [][]uint8
+		avoid, quirk bool
+		want         [][]uint8
 	}{
-		"avoidance keeps the quirk": {avoid: true, want: [][]uint8{{1, 1}, {0, 0}, {0, 0}}},
-		"no avoidance":              {avoid: false, want: [][]uint8{{1, 1}, {1, 1}, {1, 0}}},
+		"artifact mode keeps the quirk":  {avoid: true, quirk: true, want: [][]uint8{{1, 1}, {0, 0}, {0, 0}}},
+		"default spares single-node job": {avoid: true, want: [][]uint8{{1, 1}, {0, 0}, {1, 0}}},
+		"no avoidance":                   {avoid: false, want: [][]uint8{{1, 1}, {1, 1}, {1, 0}}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: !tc.avoid})
+			pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: !tc.avoid, ArtifactInterferenceQuirk: tc.quirk})
 			x := make([]uint8, pr.rows*pr.stride)
 			x[0*pr.stride+0], x[0*pr.stride+1] = 1, 1
 			x[1*pr.stride+0], x[1*pr.stride+1] = 1, 1

@@ -30,6 +30,7 @@ type polluxProblem struct {
 	scale    float64 // d·#nodes = #nodes / total GPUs
 	p        float64 // power-mean exponent
 	avoid    bool    // interference avoidance
+	quirk    bool    // keep the artifact's interference quirk
 
 	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) is
 	// table[tabOff[j] + nn·tabStride[j] + k], computed on first use (−1
@@ -249,7 +250,7 @@ func (pr *polluxProblem) repairEval(rng *rand.Rand, x []uint8) (float64, float64
 				n := 8*k + bits.TrailingZeros64(m)>>3
 				if avoid {
 					c := cnt[n]
-					if c >= 2 {
+					if c >= 2 && pr.quirk {
 						row[n] = 0
 						continue
 					}

@@ -208,7 +208,7 @@ func (j *job) reallocate(placement []int, delay float64) {
 }
 
 // info builds the policy's view of the job.
-func (j *job) info(mode Mode, now float64, maxReplicasCap int) policy.Job {
+func (j *job) info(mode Mode, now float64, maxReplicasCap, explore int) policy.Job {
 	pj := policy.Job{
 		ID:              j.name,
 		Submitted:       j.submitted,
@@ -224,7 +224,7 @@ func (j *job) info(mode Mode, now float64, maxReplicasCap int) policy.Job {
 		pj.MaxReplicas = j.fixedBatch / app.MinLocalBsz
 		pj.Oracle = &oracle{j: j}
 	default:
-		pj.MaxReplicas = min(max(2*j.maxProfile, 1), maxReplicasCap, app.MaxBatchSize/app.MinLocalBsz)
+		pj.MaxReplicas = min(max(explore*j.maxProfile, 1), maxReplicasCap, app.MaxBatchSize/app.MinLocalBsz)
 		if j.perf != nil && j.haveGrad {
 			pj.Goodput = model.NewGoodputCache(j.goodputFunc(), j.bounds())
 		}
