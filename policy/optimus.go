@@ -82,12 +82,11 @@ func (o *Optimus) Optimize(ctx context.Context, in Input) (Allocations, error) {
 	}
 
 	// Keep placements whose size is unchanged; place the others greedily.
-	alloc := make(Allocations, n)
+	want := make(map[string]int, n)
 	for i, j := range in.Jobs {
-		if cur := in.Current[j.ID]; replicas[i] > 0 && len(cur) == replicas[i] {
-			alloc[j.ID] = cur
-		}
+		want[j.ID] = replicas[i]
 	}
+	alloc := keepValid(in, func(j *Job, a []string) bool { return len(a) == want[j.ID] })
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i

@@ -69,12 +69,7 @@ func (t *Tiresias) Optimize(ctx context.Context, in Input) (Allocations, error) 
 		jobs[in.Jobs[i].ID] = &in.Jobs[i]
 	}
 	t.forget(jobs)
-	alloc := make(Allocations, len(in.Current))
-	for id, a := range in.Current {
-		if _, ok := jobs[id]; ok {
-			alloc[id] = a
-		}
-	}
+	alloc := keepValid(in, func(j *Job, a []string) bool { return len(a) == j.MaxReplicas })
 	// New jobs enter Q0 in submission order.
 	for _, j := range in.Jobs {
 		if !t.seen[j.ID] {
@@ -173,6 +168,43 @@ func remove(q *[]string, id string) bool {
 		}
 	}
 	return false
+}
+
+// keepValid returns the current allocations that a baseline may keep: of
+// active jobs, accepted by ok, on known nodes, and within node capacity
+// when taken in job order. Anything else (a node that shrank or vanished,
+// an operator's edit) is dropped, so the job is placed afresh.
+func keepValid(in Input, ok func(j *Job, a []string) bool) Allocations {
+	capacity := make(map[string]int, len(in.Nodes))
+	for _, n := range in.Nodes {
+		capacity[n.ID] = n.GPUs
+	}
+	out := make(Allocations, len(in.Current))
+	for i := range in.Jobs {
+		j := &in.Jobs[i]
+		a := in.Current[j.ID]
+		if len(a) == 0 || !ok(j, a) {
+			continue
+		}
+		need := map[string]int{}
+		for _, n := range a {
+			need[n]++
+		}
+		fits := true
+		for n, k := range need {
+			if c, known := capacity[n]; !known || k > c {
+				fits = false
+			}
+		}
+		if !fits {
+			continue
+		}
+		for n, k := range need {
+			capacity[n] -= k
+		}
+		out[j.ID] = a
+	}
+	return out
 }
 
 // freePool tracks free GPUs per node for greedy placement.

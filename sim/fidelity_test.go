@@ -48,6 +48,7 @@ var (
 
 type cachedRun struct {
 	once sync.Once
+	run  report.Run
 	sum  report.Summary
 	err  error
 }
@@ -63,6 +64,11 @@ func applications(t testing.TB) map[string]*apps.Application {
 
 // simulate runs (once per test binary) one policy on one workload.
 func simulate(t *testing.T, policyName, name string, jobs []workload.Job) report.Summary {
+	t.Helper()
+	return simulateRun(t, policyName, name, jobs).sum
+}
+
+func simulateRun(t *testing.T, policyName, name string, jobs []workload.Job) *cachedRun {
 	t.Helper()
 	key := policyName + "/" + name
 	runMu.Lock()
@@ -90,12 +96,29 @@ func simulate(t *testing.T, policyName, name string, jobs []workload.Job) report
 			c.err = err
 			return
 		}
+		c.run = r
 		c.sum = report.Summarize(r)
 	})
 	if c.err != nil {
 		t.Fatalf("simulate %s: %v", key, c.err)
 	}
-	return c.sum
+	return c
+}
+
+// publishedJCTs is the artifact's per-job JCT (data/reference-jcts.json).
+func publishedJCTs(t *testing.T) map[string]map[string]map[string]float64 {
+	t.Helper()
+	raw, err := data.FS.ReadFile("reference-jcts.json")
+	if err != nil {
+		t.Fatalf("read reference JCTs: %v", err)
+	}
+	var doc struct {
+		JCTs map[string]map[string]map[string]float64 `json:"jcts"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("parse reference JCTs: %v", err)
+	}
+	return doc.JCTs
 }
 
 func artifactWorkload(t *testing.T, i int) ([]workload.Job, string) {
@@ -115,6 +138,7 @@ func TestFidelity(t *testing.T) {
 		t.Log("short mode: fidelity runs workload 6 only")
 	}
 	ref := published(t)
+	perJob := publishedJCTs(t)
 	tolerance := map[string]float64{"tiresias": 0.05, "optimus": 0.05}
 	type row struct {
 		policy, workload string
@@ -131,8 +155,21 @@ func TestFidelity(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/workload-%d", p, i), func(t *testing.T) {
 					t.Parallel()
 					jobs, name := artifactWorkload(t, i)
-					sum := simulate(t, p, name, jobs)
+					c := simulateRun(t, p, name, jobs)
+					sum := c.sum
 					want := ref[p][name]
+					// The baselines are deterministic, so the replay should
+					// match the artifact job by job, not just on average.
+					exact := 0
+					for _, j := range c.run.Jobs {
+						if w, ok := perJob[p][name][j.Name]; ok && j.Completed && math.Abs(j.JCT()-w) < 0.5 {
+							exact++
+						}
+					}
+					if exact < len(c.run.Jobs)*95/100 {
+						t.Errorf("only %d of %d jobs have the artifact's JCT", exact, len(c.run.Jobs))
+					}
+					t.Logf("%d of %d jobs have exactly the artifact's JCT", exact, len(c.run.Jobs))
 					if sum.Completed != sum.Jobs {
 						t.Errorf("%d of %d jobs completed", sum.Completed, sum.Jobs)
 					}
