@@ -1,0 +1,196 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Config is the controller's configuration (contracts.md §4). It is read
+// from a file (-config) and from <kv_prefix>config in Consul KV; the KV
+// document wins field by field. Every field has a default.
+type Config struct {
+	// Interval between scheduling rounds. Default 60s.
+	Interval time.Duration
+	// FairnessP is the power-mean exponent of the Pollux fitness. Default
+	// -1; 0 is invalid.
+	FairnessP float64
+	// RestartPenalty is the restart delay δ of the fitness. Default 30s.
+	RestartPenalty time.Duration
+	// Device is the Nomad device type of a GPU. Default "nvidia/gpu".
+	Device string
+	// NodePool restricts the controller to nodes of one pool ("" = all).
+	NodePool string
+	// MaxGPUsPerJob caps every job's GPU count (0 = the cluster's total).
+	MaxGPUsPerJob int
+	// DryRun computes and publishes decisions but never changes a job.
+	DryRun bool
+	// KVPrefix is the Consul KV prefix. Default "pollux/".
+	KVPrefix string
+	// Population, Generations and Seed configure the genetic algorithm
+	// (defaults 100, 100, 1).
+	Population, Generations int
+	Seed                    int64
+	// InterferenceAvoidance keeps two distributed jobs off one node.
+	// Default true.
+	InterferenceAvoidance bool
+	// ExploreFactor caps a job's growth at this many times the most GPUs
+	// it has reported a profile for. Default 4.
+	ExploreFactor int
+}
+
+// DefaultConfig returns the defaults of contracts.md §4.
+func DefaultConfig() Config {
+	return Config{
+		Interval:              60 * time.Second,
+		FairnessP:             -1,
+		RestartPenalty:        30 * time.Second,
+		Device:                "nvidia/gpu",
+		KVPrefix:              "pollux/",
+		Population:            100,
+		Generations:           100,
+		Seed:                  1,
+		InterferenceAvoidance: true,
+		ExploreFactor:         4,
+	}
+}
+
+// configDoc is the JSON form; pointers tell "absent" from "zero".
+type configDoc struct {
+	Interval              *string  `json:"interval"`
+	FairnessP             *float64 `json:"fairness_p"`
+	RestartPenalty        *string  `json:"restart_penalty"`
+	Device                *string  `json:"device"`
+	NodePool              *string  `json:"node_pool"`
+	MaxGPUsPerJob         *int     `json:"max_gpus_per_job"`
+	DryRun                *bool    `json:"dry_run"`
+	KVPrefix              *string  `json:"kv_prefix"`
+	InterferenceAvoidance *bool    `json:"interference_avoidance"`
+	ExploreFactor         *int     `json:"explore_factor"`
+	GA                    *struct {
+		Population  *int   `json:"population"`
+		Generations *int   `json:"generations"`
+		Seed        *int64 `json:"seed"`
+	} `json:"ga"`
+}
+
+// MergeJSON applies the fields present in a JSON configuration document
+// to c and validates the result. Unknown fields, bad durations and invalid
+// values are errors naming the field; on error c is unchanged.
+func (c Config) MergeJSON(data []byte) (Config, error) {
+	var d configDoc
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return c, fmt.Errorf("failed to parse configuration: %w", err)
+	}
+	if dec.More() {
+		return c, errors.New("failed to parse configuration: trailing data after the JSON object")
+	}
+	out := c
+	var errs []error
+	dur := func(name string, s *string, dst *time.Duration) {
+		if s == nil {
+			return
+		}
+		v, err := time.ParseDuration(*s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			return
+		}
+		*dst = v
+	}
+	dur("interval", d.Interval, &out.Interval)
+	dur("restart_penalty", d.RestartPenalty, &out.RestartPenalty)
+	if d.FairnessP != nil {
+		out.FairnessP = *d.FairnessP
+		if *d.FairnessP == 0 {
+			errs = append(errs, errors.New("fairness_p: 0 is not allowed (use a small non-zero value for a near-geometric mean)"))
+		}
+	}
+	if d.Device != nil {
+		out.Device = *d.Device
+	}
+	if d.NodePool != nil {
+		out.NodePool = *d.NodePool
+	}
+	if d.MaxGPUsPerJob != nil {
+		out.MaxGPUsPerJob = *d.MaxGPUsPerJob
+	}
+	if d.DryRun != nil {
+		out.DryRun = *d.DryRun
+	}
+	if d.KVPrefix != nil {
+		out.KVPrefix = *d.KVPrefix
+	}
+	if d.InterferenceAvoidance != nil {
+		out.InterferenceAvoidance = *d.InterferenceAvoidance
+	}
+	if d.ExploreFactor != nil {
+		out.ExploreFactor = *d.ExploreFactor
+	}
+	if d.GA != nil {
+		if d.GA.Population != nil {
+			out.Population = *d.GA.Population
+		}
+		if d.GA.Generations != nil {
+			out.Generations = *d.GA.Generations
+		}
+		if d.GA.Seed != nil {
+			out.Seed = *d.GA.Seed
+		}
+	}
+	if err := out.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return out, nil
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Interval < time.Second {
+		errs = append(errs, fmt.Errorf("interval: must be at least 1s, got %s", c.Interval))
+	}
+	if c.FairnessP == 0 || math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > 100 {
+		errs = append(errs, fmt.Errorf("fairness_p: must be non-zero with |p| ≤ 100, got %g", c.FairnessP))
+	}
+	if c.RestartPenalty < 0 {
+		errs = append(errs, fmt.Errorf("restart_penalty: must not be negative, got %s", c.RestartPenalty))
+	}
+	if parts := strings.Split(c.Device, "/"); len(parts) < 2 || len(parts) > 3 || slicesHasEmpty(parts) {
+		errs = append(errs, fmt.Errorf("device: want vendor/type or vendor/type/name, got %q", c.Device))
+	}
+	if c.MaxGPUsPerJob < 0 {
+		errs = append(errs, fmt.Errorf("max_gpus_per_job: must not be negative, got %d", c.MaxGPUsPerJob))
+	}
+	if c.KVPrefix == "" || !strings.HasSuffix(c.KVPrefix, "/") || strings.HasPrefix(c.KVPrefix, "/") {
+		errs = append(errs, fmt.Errorf("kv_prefix: must be non-empty, end with / and not start with /, got %q", c.KVPrefix))
+	}
+	if c.Population < 2 || c.Population > 10000 {
+		errs = append(errs, fmt.Errorf("ga.population: must be in [2, 10000], got %d", c.Population))
+	}
+	if c.Generations < 1 || c.Generations > 100000 {
+		errs = append(errs, fmt.Errorf("ga.generations: must be in [1, 100000], got %d", c.Generations))
+	}
+	if c.ExploreFactor < 1 {
+		errs = append(errs, fmt.Errorf("explore_factor: must be at least 1, got %d", c.ExploreFactor))
+	}
+	return errors.Join(errs...)
+}
+
+func slicesHasEmpty(parts []string) bool {
+	for _, p := range parts {
+		if p == "" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,513 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/model"
+	"github.com/pollux-nomad/pollux/policy"
+)
+
+// Job states shown in the status document and metrics.
+const (
+	StateScheduled = "scheduled" // in the policy's input this round
+	StateInvalid   = "invalid"   // malformed meta or job spec: left untouched
+	StateStopped   = "stopped"   // stopped or dead: ignored
+	StateError     = "error"     // could not be read: held
+)
+
+// JobStatus is one job's line in the round's status.
+type JobStatus struct {
+	Job   string `json:"job"`
+	State string `json:"state"`
+	// Error is why the job is invalid, held, or why its metrics were
+	// rejected.
+	Error    string    `json:"error,omitempty"`
+	GPUs     int       `json:"gpus"`
+	Decision *Decision `json:"decision,omitempty"`
+	Changed  bool      `json:"changed,omitempty"`
+	Applied  bool      `json:"applied,omitempty"`
+	Conflict bool      `json:"conflict,omitempty"`
+	Fitted   bool      `json:"fitted,omitempty"`
+}
+
+// Status is the summary of one round, written to <prefix>status.
+type Status struct {
+	Round     int64       `json:"round"`
+	Time      time.Time   `json:"time"`
+	Instance  string      `json:"instance"`
+	DryRun    bool        `json:"dry_run"`
+	Nodes     int         `json:"nodes"`
+	GPUs      int         `json:"gpus"`
+	Jobs      []JobStatus `json:"jobs"`
+	Conflicts int         `json:"conflicts"`
+	Errors    []string    `json:"errors,omitempty"`
+	// Phase timings in milliseconds: snapshot, fit, optimize, apply, total.
+	Timings map[string]float64 `json:"timings_ms"`
+}
+
+// Options are the controller's dependencies.
+type Options struct {
+	Cluster Cluster
+	KV      KV
+	Logger  hclog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Instance names this controller in the status (hostname, alloc ID).
+	Instance string
+	// Telemetry receives the round's measurements (may be nil).
+	Telemetry *Telemetry
+}
+
+// Controller runs scheduling rounds. Round is not safe for concurrent use;
+// SetConfig may be called at any time and applies from the next round.
+type Controller struct {
+	cluster  Cluster
+	kv       KV
+	log      hclog.Logger
+	now      func() time.Time
+	instance string
+	metrics  *Telemetry
+
+	mu      sync.Mutex
+	cfg     Config
+	pending *Config
+
+	pol      *policy.PolluxPolicy
+	polCfg   policy.PolluxConfig
+	states   map[JobRef]*State
+	round    int64
+	lastTime time.Time
+}
+
+// New returns a controller with configuration cfg.
+func New(cfg Config, o Options) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	if o.Cluster == nil || o.KV == nil {
+		return nil, errors.New("controller needs a cluster and a KV store")
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Telemetry == nil {
+		o.Telemetry = NewTelemetry()
+	}
+	return &Controller{
+		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
+		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{},
+	}, nil
+}
+
+// Config returns the configuration in force.
+func (c *Controller) Config() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending != nil {
+		return *c.pending
+	}
+	return c.cfg
+}
+
+// SetConfig replaces the configuration from the next round on.
+func (c *Controller) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.pending = &cfg
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Controller) takeConfig() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending != nil {
+		c.cfg = *c.pending
+		c.pending = nil
+	}
+	return c.cfg
+}
+
+// Forget drops the in-memory state so the next round reloads it from
+// Consul (used when leadership changes hands).
+func (c *Controller) Forget() {
+	c.states = map[JobRef]*State{}
+	c.pol = nil
+}
+
+// policyFor returns the Pollux policy for cfg, keeping its population
+// between rounds while the GA settings stay the same.
+func (c *Controller) policyFor(cfg Config) (*policy.PolluxPolicy, error) {
+	pc := policy.PolluxConfig{
+		Population: cfg.Population, Generations: cfg.Generations, Seed: cfg.Seed,
+		FairnessP: cfg.FairnessP, RestartPenalty: cfg.RestartPenalty.Seconds(),
+		DisableInterferenceAvoidance: !cfg.InterferenceAvoidance,
+	}
+	if pc.RestartPenalty == 0 {
+		pc.RestartPenalty = 1e-9 // 0 means "default" to the policy
+	}
+	if c.pol != nil && c.polCfg == pc {
+		return c.pol, nil
+	}
+	p, err := policy.NewPollux(pc)
+	if err != nil {
+		return nil, err
+	}
+	c.pol, c.polCfg = p, pc
+	return p, nil
+}
+
+// entry is one job during a round.
+type entry struct {
+	job   Job
+	spec  Spec
+	state *State
+	fit   *model.GoodputFunc
+	st    *JobStatus
+}
+
+// Round runs one scheduling round: snapshot, fit, optimise, diff, apply
+// (unless dry-run or apply is false), publish decisions and status.
+func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
+	cfg := c.takeConfig()
+	start := c.now()
+	c.round++
+	status := &Status{Round: c.round, Time: start.UTC(), Instance: c.instance, DryRun: cfg.DryRun || !apply, Timings: map[string]float64{}}
+	lap := func(name string, t0 time.Time) {
+		ms := float64(c.now().Sub(t0).Microseconds()) / 1000
+		status.Timings[name] = ms
+		c.metrics.observePhase(name, ms/1000)
+	}
+
+	// 1. Snapshot jobs and nodes.
+	t0 := c.now()
+	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
+	if err != nil {
+		c.metrics.incError("list_jobs")
+		return nil, fmt.Errorf("failed to list jobs: %w", err)
+	}
+	nodes, err := c.cluster.Nodes(ctx)
+	if err != nil {
+		c.metrics.incError("list_nodes")
+		return nil, fmt.Errorf("failed to list nodes: %w", err)
+	}
+	var entries []*entry
+	var stats []*JobStatus
+	for _, ref := range refs {
+		st := &JobStatus{Job: ref.String()}
+		stats = append(stats, st)
+		job, err := c.cluster.ReadJob(ctx, ref)
+		if err != nil {
+			st.State, st.Error = StateError, err.Error()
+			c.log.Warn("failed to read job", "job_id", ref.String(), "error", err)
+			c.metrics.incError("read_job")
+			continue
+		}
+		if job.Stopped || job.Status == "dead" {
+			st.State = StateStopped
+			continue
+		}
+		if job.Problem != "" {
+			st.State, st.Error = StateInvalid, job.Problem
+			c.log.Warn("job skipped: cannot manage its spec", "job_id", ref.String(), "reason", job.Problem)
+			continue
+		}
+		spec, err := ParseSpec(job.Meta)
+		if err != nil {
+			st.State, st.Error = StateInvalid, err.Error()
+			c.log.Warn("job skipped: invalid pollux meta", "job_id", ref.String(), "error", err)
+			continue
+		}
+		entries = append(entries, &entry{job: job, spec: spec, st: st})
+	}
+	lap("snapshot", t0)
+
+	// 2. Load state and refit models from new metrics.
+	t0 = c.now()
+	for _, e := range entries {
+		e.state = c.loadState(ctx, e.job.JobRef)
+		c.refit(ctx, e)
+		e.st.State = StateScheduled
+	}
+	lap("fit", t0)
+
+	// Attained service since the last round.
+	if !c.lastTime.IsZero() {
+		dt := start.Sub(c.lastTime).Seconds()
+		for _, e := range entries {
+			for _, r := range e.job.Running {
+				e.state.AttainedService += float64(r.GPUs) * dt
+			}
+		}
+	}
+	c.lastTime = start
+
+	// 3. Optimise.
+	t0 = c.now()
+	in := c.input(cfg, start, entries, nodes)
+	for _, n := range in.Nodes {
+		status.GPUs += n.GPUs
+	}
+	status.Nodes = len(in.Nodes)
+	pol, err := c.policyFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create policy: %w", err)
+	}
+	next, err := pol.Optimize(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("failed to optimize: %w", err)
+	}
+	lap("optimize", t0)
+
+	// 4-5. Diff and apply; publish decisions.
+	t0 = c.now()
+	order := make(map[string]int, len(in.Nodes))
+	for i, n := range in.Nodes {
+		order[n.ID] = i
+	}
+	for _, e := range entries {
+		c.settle(ctx, cfg, apply, e, next[e.job.JobRef.String()], status)
+	}
+	lap("apply", t0)
+	lap("total", start)
+
+	for _, st := range stats {
+		status.Jobs = append(status.Jobs, *st)
+	}
+	c.metrics.observeRound(status)
+	if raw, err := json.Marshal(status); err == nil {
+		if err := c.kv.Put(ctx, "status", raw); err != nil {
+			c.log.Warn("failed to write status", "error", err)
+			c.metrics.incError("write_status")
+		}
+	}
+	return status, nil
+}
+
+// loadState returns the job's state from memory, else from Consul, else
+// a fresh one.
+func (c *Controller) loadState(ctx context.Context, ref JobRef) *State {
+	if s, ok := c.states[ref]; ok {
+		return s
+	}
+	s := &State{Version: stateVersion}
+	raw, _, err := c.kv.Get(ctx, stateKey(ref))
+	switch {
+	case err == nil:
+		if loaded, perr := parseState(raw); perr != nil {
+			c.log.Warn("ignoring unreadable state", "job_id", ref.String(), "error", perr)
+		} else {
+			s = loaded
+			c.log.Info("resumed job state from consul", "job_id", ref.String(), "profile_points", s.ProfilePoints, "restarts", s.Restarts)
+		}
+	case errors.Is(err, ErrNotFound):
+	default:
+		c.log.Warn("failed to read state", "job_id", ref.String(), "error", err)
+	}
+	c.states[ref] = s
+	return s
+}
+
+// refit reads the job's metrics document and refits the model when the
+// document is new. A bad document keeps the previous fit.
+func (c *Controller) refit(ctx context.Context, e *entry) {
+	ref := e.job.JobRef
+	raw, idx, err := c.kv.Get(ctx, metricsKey(ref))
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		c.log.Warn("failed to read metrics", "job_id", ref.String(), "error", err)
+		c.metrics.incError("read_metrics")
+	case idx != e.state.MetricsIndex:
+		doc, perr := metrics.Parse(raw)
+		if perr == nil {
+			var perf model.PerfParams
+			points := doc.ProfilePoints()
+			perf, perr = model.FitPerfParams(points)
+			if perr == nil {
+				grad := doc.GradParams()
+				e.state.Perf, e.state.Grad = &perf, &grad
+				e.state.ProfilePoints = len(points)
+				e.state.MaxProfiled = 0
+				for _, p := range points {
+					e.state.MaxProfiled = max(e.state.MaxProfiled, p.Replicas)
+				}
+				e.state.MetricsError = ""
+				e.st.Fitted = true
+			}
+		}
+		e.state.MetricsIndex = idx
+		if perr != nil {
+			e.state.MetricsError = perr.Error()
+			c.log.Warn("rejected metrics document; keeping the previous model", "job_id", ref.String(), "error", perr)
+			c.metrics.incError("bad_metrics")
+		}
+		c.saveState(ctx, ref, e.state)
+	}
+	e.st.Error = e.state.MetricsError
+	if e.state.Perf != nil && e.state.Grad != nil {
+		e.fit = &model.GoodputFunc{Perf: *e.state.Perf, Grad: *e.state.Grad, InitBatchSize: float64(e.spec.InitBatchSize)}
+	}
+}
+
+func (c *Controller) saveState(ctx context.Context, ref JobRef, s *State) {
+	raw, err := json.Marshal(s)
+	if err == nil {
+		err = c.kv.Put(ctx, stateKey(ref), raw)
+	}
+	if err != nil {
+		c.log.Warn("failed to persist state", "job_id", ref.String(), "error", err)
+		c.metrics.incError("write_state")
+	}
+}
+
+// input builds the policy's view of the cluster.
+func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []Node) policy.Input {
+	in := policy.Input{Now: float64(now.Unix()), Current: policy.Allocations{}}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+	total := 0
+	for _, n := range nodes {
+		free := max(n.GPUs-n.UsedByOthers, 0)
+		in.Nodes = append(in.Nodes, policy.Node{ID: n.ID, GPUs: free})
+		total += free
+	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].job.SubmitTime.Before(entries[j].job.SubmitTime) })
+	for _, e := range entries {
+		maxGPUs := total
+		if e.spec.MaxGPUs > 0 {
+			maxGPUs = min(maxGPUs, e.spec.MaxGPUs)
+		}
+		if cfg.MaxGPUsPerJob > 0 {
+			maxGPUs = min(maxGPUs, cfg.MaxGPUsPerJob)
+		}
+		maxGPUs = min(maxGPUs, max(cfg.ExploreFactor*e.state.MaxProfiled, 1), e.spec.MaxBatchSize/e.spec.LocalBszMin)
+		pj := policy.Job{
+			ID:              e.job.JobRef.String(),
+			Submitted:       float64(e.job.SubmitTime.Unix()),
+			Age:             now.Sub(e.job.SubmitTime).Seconds(),
+			AttainedService: e.state.AttainedService,
+			MinReplicas:     e.spec.MinGPUs,
+			MaxReplicas:     max(maxGPUs, 0),
+			NumRestarts:     e.state.Restarts,
+		}
+		if pj.MinReplicas > pj.MaxReplicas {
+			pj.MinReplicas = pj.MaxReplicas
+		}
+		if e.fit != nil {
+			pj.Goodput = model.NewGoodputCache(*e.fit, e.spec.Bounds())
+		}
+		in.Jobs = append(in.Jobs, pj)
+		if a := AllocOf(e.job.Placement); len(a) > 0 {
+			in.Current[pj.ID] = a
+		}
+	}
+	return in
+}
+
+// settle compares the policy's allocation for one job with the job's spec,
+// applies a change with check-and-set, and publishes the decision.
+func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entry, alloc []string, status *Status) {
+	ref := e.job.JobRef
+	log := c.log.With("job_id", ref.String())
+	want := PlacementOf(alloc)
+	d := Decide(e.spec, e.fit, want, c.round)
+	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
+	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
+	if SamePlacement(want, e.job.Placement) {
+		c.publish(ctx, ref, d)
+		return
+	}
+	e.st.Changed = true
+	if cfg.DryRun || !apply {
+		log.Info("would reallocate (dry run)", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize)
+		return
+	}
+	idx, err := c.cluster.Apply(ctx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta()})
+	switch {
+	case errors.Is(err, ErrConflict):
+		e.st.Conflict = true
+		status.Conflicts++
+		c.metrics.incConflict()
+		log.Warn("job changed since it was read; keeping the operator's version and deciding again next round", "read_index", e.job.JobModifyIndex)
+		return
+	case err != nil:
+		e.st.Error = err.Error()
+		status.Errors = append(status.Errors, fmt.Sprintf("%s: %v", ref, err))
+		c.metrics.incError("apply")
+		log.Error("failed to apply allocation", "error", err)
+		return
+	}
+	e.st.Applied = true
+	if len(e.state.Allocation) > 0 {
+		e.state.Restarts++
+	}
+	e.state.Allocation = alloc
+	e.state.Decision = &d
+	e.state.AppliedIndex = idx
+	c.saveState(ctx, ref, e.state)
+	c.publish(ctx, ref, d)
+	log.Info("reallocated", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize,
+		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
+}
+
+// publish writes the decision key so workers can adopt it without a
+// restart.
+func (c *Controller) publish(ctx context.Context, ref JobRef, d Decision) {
+	raw, err := json.Marshal(d)
+	if err == nil {
+		err = c.kv.Put(ctx, decisionKey(ref), raw)
+	}
+	if err != nil {
+		c.log.Warn("failed to publish decision", "job_id", ref.String(), "error", err)
+		c.metrics.incError("write_decision")
+	}
+}
+
+func jobKey(ref JobRef, leaf string) string {
+	return "jobs/" + ref.Namespace + "/" + ref.ID + "/" + leaf
+}
+func metricsKey(ref JobRef) string  { return jobKey(ref, "metrics") }
+func stateKey(ref JobRef) string    { return jobKey(ref, "state") }
+func decisionKey(ref JobRef) string { return jobKey(ref, "decision") }
+
+// String renders the status as a readable table.
+func (s *Status) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts\n",
+		s.Round, s.Time.Format(time.RFC3339), s.Instance, s.DryRun, s.Nodes, s.GPUs, s.Conflicts)
+	for _, j := range s.Jobs {
+		line := fmt.Sprintf("  %-40s %-10s gpus=%-3d", j.Job, j.State, j.GPUs)
+		if j.Decision != nil {
+			line += fmt.Sprintf(" batch=%d local=%d accum=%d lr=%.4g placement=%s", j.Decision.BatchSize, j.Decision.LocalBsz, j.Decision.AccumSteps, j.Decision.LR, j.Decision.Placement)
+		}
+		if j.Changed {
+			line += " [changed]"
+		}
+		if j.Conflict {
+			line += " [conflict]"
+		}
+		if j.Error != "" {
+			line += " error: " + j.Error
+		}
+		b.WriteString(line + "\n")
+	}
+	for _, e := range s.Errors {
+		b.WriteString("  error: " + e + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,134 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors the adapters wrap so the controller can test them with
+// errors.Is.
+var (
+	// ErrConflict: a check-and-set write lost because someone else changed
+	// the object since it was read (Nomad: the job's JobModifyIndex moved;
+	// Consul: the key's ModifyIndex moved).
+	ErrConflict = errors.New("conflicting modification")
+	// ErrNotFound: the job or key does not exist (any more).
+	ErrNotFound = errors.New("not found")
+)
+
+// JobRef names a Nomad job.
+type JobRef struct {
+	Namespace string
+	ID        string
+}
+
+// String returns "namespace/id".
+func (r JobRef) String() string { return r.Namespace + "/" + r.ID }
+
+// NodeGPUs is a number of GPUs on one node.
+type NodeGPUs struct {
+	// Node is the Nomad node ID.
+	Node string `json:"node"`
+	// GPUs is the number of devices.
+	GPUs int `json:"gpus"`
+}
+
+// Job is what the controller needs to know of one Pollux-tagged Nomad job.
+type Job struct {
+	JobRef
+	// Meta is the job's meta block (the author's pollux_* keys and the
+	// controller's output keys).
+	Meta map[string]string
+	// JobModifyIndex is the index every write is checked against.
+	JobModifyIndex uint64
+	// SubmitTime is when the job was first registered.
+	SubmitTime time.Time
+	// Status is Nomad's job status: pending, running or dead.
+	Status string
+	// Stopped is true when an operator stopped the job.
+	Stopped bool
+	// Placement is the per-node GPU layout the job spec currently asks for
+	// (from the controller's per-node groups), in rank order; empty for a
+	// job the controller has not shaped yet or scaled to zero.
+	Placement []NodeGPUs
+	// Running is what Nomad actually placed: the GPUs held by the job's
+	// running allocations, per node, in rank order.
+	Running []NodeGPUs
+	// Problem, if not empty, says why the job's spec cannot be managed
+	// (no worker group, several groups and no pollux_group, no device
+	// request of the configured type, ...). The controller skips the job.
+	Problem string
+}
+
+// Node is a schedulable Nomad node and its GPUs.
+type Node struct {
+	// ID is the Nomad node ID.
+	ID string
+	// Name is the node's name, for logs.
+	Name string
+	// GPUs is the number of healthy instances of the configured device.
+	GPUs int
+	// UsedByOthers counts the GPUs held by allocations of jobs the
+	// controller does not manage (they are not Pollux's to give).
+	UsedByOthers int
+}
+
+// Change is one job rewrite: the new placement and the output meta keys.
+type Change struct {
+	Job JobRef
+	// JobModifyIndex is the index the job was read at; the write must fail
+	// with ErrConflict if the job changed since.
+	JobModifyIndex uint64
+	// Placement is the new per-node layout in rank order; empty scales the
+	// job's workers to zero.
+	Placement []NodeGPUs
+	// Meta holds the output keys to set (pollux_batch_size, ...); other
+	// meta keys are left as they are.
+	Meta map[string]string
+}
+
+// Cluster is the controller's view of Nomad. nomad.Client implements it.
+type Cluster interface {
+	// ListJobs returns the Pollux-tagged jobs of every namespace the token
+	// may read. With waitIndex > 0 it blocks (a Nomad blocking query)
+	// until the jobs list changes past waitIndex or wait elapses, and
+	// returns the new index.
+	ListJobs(ctx context.Context, waitIndex uint64, wait time.Duration) ([]JobRef, uint64, error)
+	// ReadJob reads one job with its current and running placement.
+	ReadJob(ctx context.Context, ref JobRef) (Job, error)
+	// Nodes returns the ready, eligible nodes with their GPUs of the
+	// configured device type.
+	Nodes(ctx context.Context) ([]Node, error)
+	// Apply rewrites one job as Change says, with check-and-set on its
+	// JobModifyIndex. It returns the job's new JobModifyIndex.
+	Apply(ctx context.Context, c Change) (uint64, error)
+}
+
+// KV is the controller's view of Consul's key/value store, under the
+// configured prefix. consul.Client implements it. Keys are relative to the
+// prefix ("jobs/default/train/metrics").
+type KV interface {
+	// Get returns a key's value and ModifyIndex, or ErrNotFound.
+	Get(ctx context.Context, key string) ([]byte, uint64, error)
+	// Put writes a key unconditionally.
+	Put(ctx context.Context, key string, value []byte) error
+	// CAS writes a key only if its ModifyIndex is still index (0: only if
+	// absent); it returns ErrConflict otherwise.
+	CAS(ctx context.Context, key string, value []byte, index uint64) error
+	// Watch blocks until the key's ModifyIndex passes index or wait
+	// elapses, and returns its value (nil if absent) and index.
+	Watch(ctx context.Context, key string, index uint64, wait time.Duration) ([]byte, uint64, error)
+	// Delete removes a key (and everything under it if recurse).
+	Delete(ctx context.Context, key string, recurse bool) error
+}
+
+// Leadership elects one controller among several.
+type Leadership interface {
+	// Acquire blocks until this instance holds the lock, or ctx ends. The
+	// returned channel is closed when leadership is lost (session expired,
+	// lock deleted, Consul unreachable for longer than the session TTL).
+	Acquire(ctx context.Context) (<-chan struct{}, error)
+	// Release gives the lock up (on shutdown).
+	Release(ctx context.Context) error
+}

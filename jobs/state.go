@@ -1,0 +1,59 @@
+package jobs
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/pollux-nomad/pollux/model"
+)
+
+// stateVersion is the version of the persisted State document.
+const stateVersion = 1
+
+// State is what the controller keeps about one job across rounds and
+// persists to <prefix>jobs/<namespace>/<job-id>/state, so that a restarted
+// or newly elected controller resumes without refitting from nothing.
+type State struct {
+	Version int `json:"version"`
+	// Perf and Grad are the last fitted model (nil before any metrics).
+	Perf *model.PerfParams `json:"perf,omitempty"`
+	Grad *model.GradParams `json:"grad,omitempty"`
+	// MetricsIndex is the Consul ModifyIndex of the metrics document the
+	// model was fitted to; a document with the same index is not refitted.
+	MetricsIndex uint64 `json:"metrics_index"`
+	// ProfilePoints is how many configurations the fit used, and
+	// MaxProfiled the most GPUs among them (the exploration cap).
+	ProfilePoints int `json:"profile_points"`
+	MaxProfiled   int `json:"max_profiled"`
+	// Decision is the last decision applied to the job's spec.
+	Decision *Decision `json:"decision,omitempty"`
+	// Allocation is the last allocation applied (node per GPU).
+	Allocation []string `json:"allocation,omitempty"`
+	// AppliedIndex is the JobModifyIndex the controller's last write
+	// produced; any other index means someone else changed the job.
+	AppliedIndex uint64 `json:"applied_index"`
+	// Restarts counts reallocations after the first; AttainedService is
+	// GPU-seconds held.
+	Restarts        int     `json:"restarts"`
+	AttainedService float64 `json:"attained_service"`
+	// MetricsError is the reason the latest metrics document was rejected.
+	MetricsError string `json:"metrics_error,omitempty"`
+}
+
+// parseState decodes a persisted state, rejecting other versions and
+// models with invalid parameters.
+func parseState(data []byte) (*State, error) {
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("failed to parse state: %w", err)
+	}
+	if s.Version != stateVersion {
+		return nil, fmt.Errorf("failed to parse state: version %d, want %d", s.Version, stateVersion)
+	}
+	if s.Perf != nil {
+		if err := s.Perf.Validate(); err != nil {
+			return nil, fmt.Errorf("failed to parse state: %w", err)
+		}
+	}
+	return &s, nil
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the last open-source (MPL-2.0) releases of Consul and Nomad from the
+# Go module proxy, plus Nomad's example device plugin (fake GPUs), into a
+# cache outside the repository, once. Later runs reuse the binaries.
+#
+#   POLLUX_CACHE (default $HOME/.cache/pollux)
+#     bin/consul, bin/nomad, bin/plugins/example-fs-device
+set -euo pipefail
+
+CONSUL_VERSION=v1.16.1
+NOMAD_VERSION=v1.6.1
+# Nomad's go.mod points its api module at ./api, which is not in the module
+# archive; use the api pseudo-version of the v1.6.1 release instead.
+NOMAD_API=v0.0.0-20230721134942-515895c7690c
+
+cache=${POLLUX_CACHE:-$HOME/.cache/pollux}
+bin=$cache/bin
+mkdir -p "$bin/plugins" "$cache/src"
+log() { echo "install-servers: $*" >&2; }
+
+# fetch MODULE VERSION: prints a writable copy of the module's source dir.
+fetch() {
+  local mod=$1 ver=$2 dir
+  dir=$(go mod download -json "$mod@$ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] || { log "go mod download $mod@$ver failed"; exit 1; }
+  local dst=$cache/src/$(basename "$mod")-$ver
+  if [ ! -d "$dst" ]; then
+    cp -r "$dir" "$dst.tmp"
+    chmod -R u+w "$dst.tmp"
+    mv "$dst.tmp" "$dst"
+  fi
+  echo "$dst"
+}
+
+export GOFLAGS=-mod=mod
+export CGO_ENABLED=${CGO_ENABLED:-1}
+
+if [ ! -x "$bin/consul" ] || ! "$bin/consul" version 2>/dev/null | grep -q "${CONSUL_VERSION}"; then
+  log "building consul $CONSUL_VERSION (about 12 minutes on 2 cores)"
+  src=$(fetch github.com/hashicorp/consul "$CONSUL_VERSION")
+  # Drop the replace block of local sub-modules (not in the module archive).
+  sed -i '/^replace (/,/^)/d' "$src/go.mod"
+  (cd "$src" && go build -o "$bin/consul.tmp" . && mv "$bin/consul.tmp" "$bin/consul")
+fi
+
+if [ ! -x "$bin/nomad" ] || ! "$bin/nomad" version 2>/dev/null | grep -q "${NOMAD_VERSION#v}"; then
+  log "building nomad $NOMAD_VERSION (about 7 minutes on 2 cores)"
+  src=$(fetch github.com/hashicorp/nomad "$NOMAD_VERSION")
+  sed -i "s#github.com/hashicorp/nomad/api => ./api#github.com/hashicorp/nomad/api => github.com/hashicorp/nomad/api $NOMAD_API#" "$src/go.mod"
+  (cd "$src" && go build -o "$bin/nomad.tmp" . && mv "$bin/nomad.tmp" "$bin/nomad")
+fi
+
+if [ ! -x "$bin/plugins/example-fs-device" ]; then
+  log "building nomad's example device plugin"
+  src=$(fetch github.com/hashicorp/nomad "$NOMAD_VERSION")
+  (cd "$src" && go build -o "$bin/plugins/example-fs-device.tmp" ./plugins/device/cmd/example/cmd \
+     && mv "$bin/plugins/example-fs-device.tmp" "$bin/plugins/example-fs-device")
+fi
+
+"$bin/consul" version | head -1 >&2
+"$bin/nomad" version | head -1 >&2
+echo "$bin"
