@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./report/...
 FUZZTIME ?= 20s
 
-.PHONY: help build test lint check bench fuzz fidelity quality demo ci clean
+.PHONY: help build test unit servers cluster-up cluster-down lint check bench fuzz fidelity quality demo ci clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -14,8 +14,20 @@ help: ## show this help
 build: ## build bin/pollux
 	$(GO) build -o $(BIN)/pollux ./cmd/pollux
 
-test: ## run all tests (unit, property, fidelity, quality)
-	$(GO) test -count=1 -timeout 60m $(PKGS)
+test: servers ## all tests: unit, property, fidelity, quality, and end-to-end on a real local cluster
+	scripts/with-cluster.sh $(GO) test -p 1 -count=1 -timeout 60m $(PKGS)
+
+unit: ## the tests that need no servers
+	$(GO) test -count=1 -timeout 60m $(PURE) ./cmd/... ./jobs/
+
+servers: ## build Consul v1.16.1 and Nomad v1.6.1 once into $$HOME/.cache/pollux
+	scripts/install-servers.sh >/dev/null
+
+cluster-up: servers ## start Consul + Nomad (1 server, NOMAD_CLIENTS clients with 4 fake GPUs each); writes .cluster/env
+	scripts/cluster.sh up
+
+cluster-down: ## stop the local cluster and everything it started
+	scripts/cluster.sh down
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -31,9 +31,9 @@ const usage = `Usage: pollux <command> [flags]
 Commands:
   simulate   replay a workload on a simulated cluster (Pollux, Tiresias, Optimus)
   fit        fit the goodput models to one metrics document and print predictions
-  agent      run the controller against Nomad and Consul (not in this build yet)
-  status     print the controller's last round (not in this build yet)
-  plan       show what the next round would do (not in this build yet)
+  agent      run the controller against Nomad and Consul
+  status     print the controller's last round (from Consul KV)
+  plan       show what the next round would do, changing nothing
 
 Run 'pollux <command> -h' for the flags of a command.
 `
@@ -68,8 +68,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSimulate(ctx, args[1:], stdout, stderr)
 	case "fit":
 		return runFit(args[1:], stdout, stderr)
-	case "agent", "status", "plan":
-		return &exitError{code: 1, err: fmt.Errorf("%s: the Nomad/Consul controller is not part of this build yet", args[0])}
+	case "agent":
+		return runAgent(ctx, args[1:], stdout, stderr)
+	case "plan":
+		return runPlan(ctx, args[1:], stdout, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

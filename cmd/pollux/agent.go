@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/nomad"
+)
+
+// agentFlags are shared by agent, plan and status.
+type agentFlags struct {
+	config   string
+	dryRun   bool
+	prefix   string
+	httpAddr string
+	logJSON  bool
+	logLevel string
+}
+
+func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
+	fs.StringVar(&f.config, "config", "", "JSON configuration file (pollux/config in Consul KV wins field by field)")
+	fs.StringVar(&f.prefix, "kv-prefix", "", "Consul KV prefix (default from the configuration: pollux/)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&f.logJSON, "log-json", false, "log in JSON")
+	if withAgent {
+		fs.BoolVar(&f.dryRun, "dry-run", false, "decide and publish decisions, but never change a job")
+		fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9505", "listen address for /healthz and /metrics (empty: off)")
+	}
+}
+
+// setup builds the logger, the configuration and the two adapters.
+type setup struct {
+	log     hclog.Logger
+	cfg     jobs.Config
+	cluster *nomad.Client
+	kv      *consul.Client
+	consul  *consulapi.Client
+}
+
+func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, error) {
+	log := hclog.New(&hclog.LoggerOptions{Name: "pollux", Level: hclog.LevelFromString(f.logLevel), JSONFormat: f.logJSON, Output: stderr})
+	cfg := jobs.DefaultConfig()
+	if f.config != "" {
+		raw, err := os.ReadFile(f.config)
+		if err != nil {
+			return nil, usageErr("config: %v", err)
+		}
+		merged, err := cfg.MergeJSON(raw)
+		if err != nil {
+			return nil, usageErr("%s: %v", f.config, err)
+		}
+		cfg = merged
+	}
+	if f.prefix != "" {
+		cfg.KVPrefix = f.prefix
+	}
+	if f.dryRun {
+		cfg.DryRun = true
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, usageErr("invalid configuration: %v", err)
+	}
+	nc, err := nomadapi.NewClient(nomadapi.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("failed to create nomad client (check NOMAD_ADDR and the NOMAD_* TLS variables): %w", err)
+	}
+	cc, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("failed to create consul client (check CONSUL_HTTP_ADDR and the CONSUL_* TLS variables): %w", err)
+	}
+	cluster, err := nomad.New(nc, nomad.Config{Device: cfg.Device, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	instance := instanceName()
+	kv, err := consul.New(cc, consul.Config{Prefix: cfg.KVPrefix, Logger: log, Instance: instance})
+	if err != nil {
+		return nil, err
+	}
+	return &setup{log: log, cfg: cfg, cluster: cluster, kv: kv, consul: cc}, nil
+}
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f agentFlags
+	f.register(fs, true)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageErr("%v", err)
+	}
+	s, err := newSetup(ctx, &f, stderr)
+	if err != nil {
+		return err
+	}
+	tel := jobs.NewTelemetry()
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: s.kv, Logger: s.log, Instance: instanceName(), Telemetry: tel})
+	if err != nil {
+		return err
+	}
+	if f.httpAddr != "" {
+		ln, err := net.Listen("tcp", f.httpAddr)
+		if err != nil {
+			return fmt.Errorf("failed to listen on %s: %w", f.httpAddr, err)
+		}
+		srv := &http.Server{Handler: httpHandler(tel), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		s.log.Info("serving health and metrics", "addr", ln.Addr().String())
+	}
+	leader := s.kv.Leader()
+	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
+	return jobs.RunAgent(ctx, jobs.AgentOptions{
+		Controller: ctrl, Leadership: leader, KV: s.kv, Logger: s.log, Base: s.cfg, Telemetry: tel,
+	})
+}
+
+// httpHandler serves /healthz and Prometheus /metrics.
+func httpHandler(tel *jobs.Telemetry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_ = tel.WritePrometheus(w)
+	})
+	return mux
+}
+
+// runPlan runs one round without writing anything and prints it.
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f agentFlags
+	f.register(fs, false)
+	asJSON := fs.Bool("json", false, "print the round as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageErr("%v", err)
+	}
+	s, err := newSetup(ctx, &f, stderr)
+	if err != nil {
+		return err
+	}
+	// Read the operator's configuration from Consul too.
+	if raw, _, err := s.kv.Get(ctx, jobs.ConfigKey); err == nil {
+		if merged, merr := s.cfg.MergeJSON(raw); merr == nil {
+			s.cfg = merged
+		} else {
+			s.log.Warn("ignoring invalid configuration in consul", "error", merr)
+		}
+	}
+	s.cfg.DryRun = true
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: readOnlyKV{s.kv}, Logger: s.log, Instance: "plan"})
+	if err != nil {
+		return err
+	}
+	st, err := ctrl.Round(ctx, false)
+	if err != nil {
+		return err
+	}
+	return printStatus(stdout, st, *asJSON)
+}
+
+// runStatus prints the last round from <prefix>status.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f agentFlags
+	f.register(fs, false)
+	asJSON := fs.Bool("json", false, "print the raw status JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageErr("%v", err)
+	}
+	s, err := newSetup(ctx, &f, stderr)
+	if err != nil {
+		return err
+	}
+	raw, _, err := s.kv.Get(ctx, "status")
+	if errors.Is(err, jobs.ErrNotFound) {
+		return fmt.Errorf("no status under %sstatus: has an agent run a round yet?", s.cfg.KVPrefix)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to read status: %w", err)
+	}
+	var st jobs.Status
+	if err := jsonUnmarshal(raw, &st); err != nil {
+		return fmt.Errorf("failed to parse status: %w", err)
+	}
+	return printStatus(stdout, &st, *asJSON)
+}
+
+// readOnlyKV drops writes, so `pollux plan` changes nothing.
+type readOnlyKV struct{ jobs.KV }
+
+func (readOnlyKV) Put(context.Context, string, []byte) error         { return nil }
+func (readOnlyKV) CAS(context.Context, string, []byte, uint64) error { return nil }
+func (readOnlyKV) Delete(context.Context, string, bool) error        { return nil }
+
+func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+func printStatus(w io.Writer, st *jobs.Status, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	_, err := io.WriteString(w, st.String())
+	return err
+}
+
+// instanceName identifies this agent: host and Nomad allocation, or host
+// and process ID outside Nomad.
+func instanceName() string {
+	host, _ := os.Hostname()
+	if id := os.Getenv("NOMAD_ALLOC_ID"); id != "" {
+		return host + "/" + id
+	}
+	return fmt.Sprintf("%s/pid-%d", host, os.Getpid())
+}

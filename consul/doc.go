@@ -1,0 +1,19 @@
+// Package consul is the controller's adapter to HashiCorp Consul: it owns
+// every use of github.com/hashicorp/consul/api.
+//
+// Client implements jobs.KV on Consul's key/value store under one prefix
+// (default "pollux/", contracts.md §2): reads, unconditional and
+// check-and-set writes, blocking-query watches and deletes, with keys
+// relative to the prefix and validated so that no key escapes it.
+//
+// Leader implements jobs.Leadership with a Consul lock on <prefix>leader
+// held by a session with a TTL (default 10s), release behaviour and a short
+// lock-delay (default 1s). Only the holder of the lock changes jobs; the
+// others wait in Acquire. A holder that dies stops renewing its session;
+// Consul invalidates the session at twice its TTL after the last renewal
+// and a waiting instance takes the lock over (see Leader for the timings).
+// A holder that cannot reach Consul gives leadership up itself, one TTL
+// after its last renewal, so before Consul can hand the lock to another.
+//
+// JobKey, ConfigKey and StatusKey spell the keys of the KV layout.
+package consul

@@ -1,0 +1,474 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pollux-nomad/pollux/jobs"
+)
+
+const (
+	// lockWaitTime bounds one blocking read of the lock key while waiting:
+	// an abandoned attempt (cancelled Acquire) finishes within about this.
+	lockWaitTime = 5 * time.Second
+	// monitorRetryTime is the pause between the lock monitor's retries
+	// when Consul cannot be reached.
+	monitorRetryTime = 2 * time.Second
+	// cleanupTimeout bounds the release of a lost or abandoned term.
+	cleanupTimeout = 10 * time.Second
+	// maxBackoff bounds the pause between failed acquisition attempts.
+	maxBackoff = 8 * time.Second
+)
+
+// errSessionLost: the session could not be renewed within its TTL, or
+// Consul no longer knows it.
+var errSessionLost = errors.New("session lost")
+
+// Leader is one controller instance's candidacy for the leader lock
+// <prefix><lock key>. It implements jobs.Leadership with a Consul lock
+// (api.LockOpts) held by a session of its own:
+//
+//   - the session has TTL Config.SessionTTL, behaviour "release" (the lock
+//     is freed, not deleted, when the session ends), lock-delay
+//     Config.LockDelay and Consul's default node health check; Leader
+//     renews it every TTL/2 from creation until the term ends;
+//   - Acquire waits for the lock without limit (LockTryOnce false) and
+//     retries after errors (Consul unreachable, ...) until its context ends;
+//   - the lock monitor retries for about one TTL (MonitorRetries) when
+//     Consul cannot be reached, so a brief blip does not drop leadership.
+//
+// The channel Acquire returns is closed when the term ends: the lock key
+// no longer names the session (session destroyed or invalidated, key
+// deleted), the session could not be renewed for one TTL since the last
+// successful renewal (Consul unreachable), or Release was called. The
+// session is then destroyed. A term that ended cannot be resumed: call
+// Acquire again for a new one.
+//
+// No two holders at once: Consul grants the lock to one session at a time.
+// A holder cut off from Consul gives up one TTL after its last renewal,
+// while Consul invalidates the session no earlier than 2×TTL after it, so
+// the old holder's channel closes before anyone else can hold the lock
+// (assuming clocks that run at the same rate). When the session is
+// destroyed or invalidated, the lock-delay keeps the lock free for
+// LockDelay so that the old holder, told by the same blocking query, stops
+// first.
+//
+// Takeover times, with the defaults (TTL 10s, lock-delay 1s): after a
+// Release, at once (well under a second); after the holder's session is
+// destroyed, about 5s (the lock-delay makes the API's lock loop wait its
+// fixed 5s retry time); after the holder dies, Consul invalidates its
+// session 2×TTL after its last renewal (1.5–2×TTL after the death, as
+// renewals come every TTL/2), plus those 5s: 20–25s.
+type Leader struct {
+	c   *Client
+	log hclog.Logger
+	key string
+
+	mu        sync.Mutex
+	acquiring bool
+	term      *term
+	// pending is closed when an abandoned attempt has cleaned up.
+	pending chan struct{}
+}
+
+var _ jobs.Leadership = (*Leader)(nil)
+
+// Leader returns a new candidacy for the leader lock with the client's
+// configuration (SessionTTL, LockDelay, LockKey, Instance). Each Leader is
+// an independent contender.
+func (c *Client) Leader() *Leader {
+	return &Leader{
+		c:   c,
+		log: c.cfg.Logger.Named("consul").Named("leader").With("instance", c.cfg.Instance),
+		key: c.cfg.Prefix + c.cfg.LockKey,
+	}
+}
+
+// Holder returns the instance name of the lock's current holder, or ""
+// if no one holds it.
+func (l *Leader) Holder(ctx context.Context) (string, error) {
+	pair, _, err := l.c.kv.Get(l.key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return "", fmt.Errorf("failed to read lock %q: %w", l.key, err)
+	}
+	if pair == nil || pair.Session == "" {
+		return "", nil
+	}
+	return string(pair.Value), nil
+}
+
+// Acquire blocks until this instance holds the lock, or ctx ends. The
+// returned channel is closed when leadership is lost (see Leader). The
+// lock outlives ctx: call Release to give it up. It is an error to call
+// Acquire while holding the lock or while another Acquire of the same
+// Leader is in progress.
+func (l *Leader) Acquire(ctx context.Context) (<-chan struct{}, error) {
+	l.mu.Lock()
+	if l.acquiring {
+		l.mu.Unlock()
+		return nil, errors.New("failed to acquire leadership: another acquire is in progress")
+	}
+	if t := l.term; t != nil {
+		select {
+		case <-t.lost:
+			l.term = nil
+		default:
+			l.mu.Unlock()
+			return nil, errors.New("failed to acquire leadership: already held")
+		}
+	}
+	l.acquiring = true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.acquiring = false
+		l.mu.Unlock()
+	}()
+
+	backoff := time.Second
+	for {
+		if err := l.waitPending(ctx); err != nil {
+			return nil, fmt.Errorf("failed to acquire leadership: %w", err)
+		}
+		t, err := l.attempt(ctx)
+		if err == nil {
+			l.mu.Lock()
+			l.term = t
+			l.mu.Unlock()
+			return t.lost, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("failed to acquire leadership: %w", ctx.Err())
+		}
+		if !retryable(err) {
+			return nil, fmt.Errorf("failed to acquire leadership: %w", err)
+		}
+		l.log.Warn("failed to acquire leadership, retrying", "error", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("failed to acquire leadership: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// Release gives the lock up, if held: it unlocks the key (no lock-delay
+// applies, so a waiting instance takes over at once), stops renewing and
+// destroys the session. The channel Acquire returned is closed before the
+// key is unlocked. It also waits for a cancelled Acquire's clean-up. An
+// Acquire in progress is stopped by cancelling its context, not by
+// Release.
+func (l *Leader) Release(ctx context.Context) error {
+	if err := l.waitPending(ctx); err != nil {
+		return fmt.Errorf("failed to release leadership: %w", err)
+	}
+	l.mu.Lock()
+	t := l.term
+	l.term = nil
+	l.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.lost:
+		// Lost earlier: its own clean-up runs or ran; wait for it.
+		select {
+		case <-t.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("failed to release leadership: %w", ctx.Err())
+		}
+	default:
+	}
+	if err := t.teardown(ctx, "released"); err != nil {
+		return fmt.Errorf("failed to release leadership: %w", err)
+	}
+	return nil
+}
+
+// waitPending waits for an abandoned attempt's clean-up, if any.
+func (l *Leader) waitPending(ctx context.Context) error {
+	l.mu.Lock()
+	p := l.pending
+	l.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p:
+		l.mu.Lock()
+		if l.pending == p {
+			l.pending = nil
+		}
+		l.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryable reports whether an acquisition attempt that failed with err
+// should be tried again: everything but a key used for something else and
+// ACL refusals.
+func retryable(err error) bool {
+	if errors.Is(err, api.ErrLockConflict) || errors.Is(err, api.ErrLockHeld) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"Permission denied", "ACL not found", "code: 403"} {
+		if strings.Contains(msg, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// lockResult is what api.Lock.Lock returned.
+type lockResult struct {
+	ch  <-chan struct{}
+	err error
+}
+
+// attempt makes one acquisition attempt with a new session: it returns the
+// term once the lock is held, or an error (the session is then cleaned up,
+// in the background if the lock loop has yet to notice).
+func (l *Leader) attempt(ctx context.Context) (*term, error) {
+	cfg := l.c.cfg
+	start := time.Now()
+	id, _, err := l.c.api.Session().Create(&api.SessionEntry{
+		Name:      "pollux leader " + cfg.Instance,
+		TTL:       cfg.SessionTTL.String(),
+		LockDelay: cfg.LockDelay,
+		Behavior:  api.SessionBehaviorRelease,
+	}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("failed to create session: %w", err)
+	}
+	t := newTerm(l, id, cfg.SessionTTL, start)
+	lock, err := l.c.api.LockOpts(&api.LockOptions{
+		Key:              l.key,
+		Value:            []byte(cfg.Instance),
+		Session:          id,
+		MonitorRetries:   int(math.Ceil(float64(cfg.SessionTTL) / float64(monitorRetryTime))),
+		MonitorRetryTime: monitorRetryTime,
+		LockWaitTime:     lockWaitTime,
+		LockTryOnce:      false,
+	})
+	if err != nil {
+		t.cleanup("lock setup failed")
+		return nil, fmt.Errorf("failed to create lock %q: %w", l.key, err)
+	}
+	t.lock = lock
+	l.log.Debug("waiting for leadership", "session", id, "key", l.key)
+
+	stop := make(chan struct{})
+	res := make(chan lockResult, 1)
+	go func() {
+		ch, err := lock.Lock(stop)
+		res <- lockResult{ch, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil || r.ch == nil {
+			t.cleanup("lock failed")
+			if r.err == nil {
+				r.err = errors.New("lock loop stopped")
+			}
+			return nil, fmt.Errorf("failed to lock %q: %w", l.key, r.err)
+		}
+		t.held.Store(true)
+		go t.watch(r.ch)
+		l.log.Info("leadership acquired", "session", id, "key", l.key, "wait", time.Since(start).Round(time.Millisecond))
+		return t, nil
+	case <-ctx.Done():
+		close(stop)
+		l.abandon(t, res, "acquire cancelled")
+		return nil, ctx.Err()
+	case <-t.sessionLost:
+		close(stop)
+		l.abandon(t, res, "session lost while waiting")
+		return nil, errSessionLost
+	}
+}
+
+// abandon cleans an attempt up once its lock loop has returned (within
+// lockWaitTime): unlocks if the loop got the lock after all, and destroys
+// the session. Acquire and Release wait for it.
+func (l *Leader) abandon(t *term, res <-chan lockResult, reason string) {
+	done := make(chan struct{})
+	l.mu.Lock()
+	l.pending = done
+	l.mu.Unlock()
+	go func() {
+		defer close(done)
+		if r := <-res; r.err == nil && r.ch != nil {
+			t.held.Store(true)
+		}
+		t.cleanup(reason)
+	}()
+}
+
+// term is one session and, once acquired, the lock it holds.
+type term struct {
+	l       *Leader
+	log     hclog.Logger
+	session string
+	lock    *api.Lock
+	held    atomic.Bool
+
+	stopRenew   context.CancelFunc
+	renewDone   chan struct{}
+	sessionLost chan struct{}
+	loseOnce    sync.Once
+
+	lost chan struct{}
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+// newTerm starts renewing session id, created at created with TTL ttl.
+func newTerm(l *Leader, id string, ttl time.Duration, created time.Time) *term {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &term{
+		l:           l,
+		log:         l.log.With("session", id),
+		session:     id,
+		stopRenew:   cancel,
+		renewDone:   make(chan struct{}),
+		sessionLost: make(chan struct{}),
+		lost:        make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	go t.renew(ctx, ttl, created)
+	return t
+}
+
+// renew renews the session every TTL/2 until ctx ends. If no renewal has
+// succeeded for one TTL since the last success (or creation), or Consul
+// says the session is gone, it closes sessionLost and stops. Consul itself
+// invalidates the session only 2×TTL after the last renewal, so the holder
+// always learns first.
+func (t *term) renew(ctx context.Context, ttl time.Duration, last time.Time) {
+	defer close(t.renewDone)
+	sessions := t.l.c.api.Session()
+	timer := time.NewTimer(ttl / 2)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, last.Add(ttl))
+		entry, _, err := sessions.Renew(t.session, (&api.WriteOptions{}).WithContext(rctx))
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		wait := ttl / 2
+		switch {
+		case err == nil && entry == nil:
+			t.loseSession("session no longer exists")
+			return
+		case err == nil:
+			last = sent
+			if d, perr := time.ParseDuration(entry.TTL); perr == nil && d > 0 {
+				ttl = d
+				wait = ttl / 2
+			}
+		default:
+			left := time.Until(last.Add(ttl))
+			if left <= 0 {
+				t.loseSession(fmt.Sprintf("session not renewed for %v: %v", ttl, err))
+				return
+			}
+			t.log.Warn("failed to renew session", "error", err, "time_left", left.Round(time.Millisecond))
+			wait = min(time.Second, left)
+		}
+		timer.Reset(wait)
+	}
+}
+
+// loseSession records that the session cannot be kept.
+func (t *term) loseSession(reason string) {
+	t.loseOnce.Do(func() {
+		t.log.Warn("leader session lost", "reason", reason)
+		close(t.sessionLost)
+	})
+}
+
+// watch ends the term when the lock monitor reports the lock gone or the
+// session is lost, unless Release ends it first.
+func (t *term) watch(lockLost <-chan struct{}) {
+	var reason string
+	select {
+	case <-lockLost:
+		reason = "lock no longer held"
+	case <-t.sessionLost:
+		reason = "session lost"
+	case <-t.lost:
+		return
+	}
+	t.log.Warn("leadership lost", "reason", reason)
+	t.cleanup(reason)
+}
+
+// cleanup tears the term down in the background's own time.
+func (t *term) cleanup(reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := t.teardown(ctx, reason); err != nil {
+		t.log.Warn("failed to clean up leader session", "error", err)
+	}
+}
+
+// teardown ends the term once: closes lost, unlocks the key if held, stops
+// renewing and destroys the session. Later calls wait for the first.
+func (t *term) teardown(ctx context.Context, reason string) error {
+	t.once.Do(func() {
+		close(t.lost)
+		var errs []error
+		if t.held.Load() && t.lock != nil {
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- t.lock.Unlock() }()
+			select {
+			case err := <-unlocked:
+				if err != nil && !errors.Is(err, api.ErrLockNotHeld) {
+					errs = append(errs, fmt.Errorf("failed to unlock %q: %w", t.l.key, err))
+				}
+			case <-ctx.Done():
+				errs = append(errs, fmt.Errorf("failed to unlock %q: %w", t.l.key, ctx.Err()))
+			}
+		}
+		t.stopRenew()
+		<-t.renewDone
+		if _, err := t.l.c.api.Session().Destroy(t.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			errs = append(errs, fmt.Errorf("failed to destroy session %s: %w", t.session, err))
+		}
+		t.err = errors.Join(errs...)
+		if t.held.Load() {
+			t.log.Info("leadership ended", "reason", reason)
+		} else {
+			t.log.Debug("leader session ended", "reason", reason)
+		}
+		close(t.done)
+	})
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// polluxBinary builds cmd/pollux once per test run.
+func polluxBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pollux-e2e-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "pollux")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/pollux").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// agentProc is one `pollux agent` process.
+type agentProc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(polluxBinary(t), "agent", "-config", configPath, "-http-addr", addr, "-log-level", "info")
+	cmd.Env = os.Environ()
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start agent %s: %v", name, err)
+	}
+	p := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			t.Logf("[%s] %s", name, sc.Text())
+		}
+	}()
+	go func() { _ = cmd.Wait(); pw.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// metric reads one unlabelled value from the agent's /metrics, or -1.
+func (p *agentProc) metric(name string) float64 {
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return -1
+}
+
+// TestTwoAgentsOneLeader (issue 3, test 5): two agents run; only the
+// leader runs rounds; SIGKILL the leader, the other takes over within
+// about twice the session TTL and goes on.
+func TestTwoAgentsOneLeader(t *testing.T) {
+	e := newEnv(t)
+	id := e.registerJob("leader", nil)
+	e.putMetrics(id, e.profileDoc("cifar10", []int{1}, []int{2}))
+	cfg := filepath.Join(t.TempDir(), "pollux.json")
+	doc := fmt.Sprintf(`{"interval":"2s","device":%q,"kv_prefix":%q,"ga":{"population":30,"generations":30}}`, e.device, e.prefix)
+	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgent(t, "a", cfg)
+	b := e.startAgent(t, "b", cfg)
+
+	// Wait for one leader with rounds.
+	var leader, follower *agentProc
+	deadline := time.Now().Add(60 * time.Second)
+	for leader == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader: a leader=%v rounds=%v, b leader=%v rounds=%v", a.metric("pollux_leader"), a.metric("pollux_rounds_total"), b.metric("pollux_leader"), b.metric("pollux_rounds_total"))
+		}
+		switch {
+		case a.metric("pollux_leader") == 1 && a.metric("pollux_rounds_total") >= 2:
+			leader, follower = a, b
+		case b.metric("pollux_leader") == 1 && b.metric("pollux_rounds_total") >= 2:
+			leader, follower = b, a
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	// For a while, only the leader runs rounds.
+	time.Sleep(5 * time.Second)
+	if follower.metric("pollux_leader") != 0 || follower.metric("pollux_rounds_total") != 0 {
+		t.Fatalf("the follower leads or ran rounds: leader=%v rounds=%v", follower.metric("pollux_leader"), follower.metric("pollux_rounds_total"))
+	}
+	// The job got its allocation from the leader.
+	ctx := context.Background()
+	job, err := e.cluster.ReadJob(ctx, ref(id))
+	if err != nil || len(job.Placement) == 0 {
+		t.Fatalf("job not placed by the leader: %+v %v", job, err)
+	}
+
+	// Kill the leader without any chance to release the lock.
+	killed := time.Now()
+	if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-leader.done
+	for follower.metric("pollux_leader") != 1 || follower.metric("pollux_rounds_total") < 2 {
+		if time.Since(killed) > 60*time.Second {
+			t.Fatalf("the follower did not take over within 60s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("takeover after SIGKILL of the leader: %s (session TTL 10s)", time.Since(killed).Round(100*time.Millisecond))
+	if took := time.Since(killed); took > 30*time.Second {
+		t.Errorf("takeover took %s, want about twice the 10s session TTL", took)
+	}
+	// The new leader goes on: the status in Consul is written by it.
+	time.Sleep(3 * time.Second)
+	raw, _, err := e.kv.Get(ctx, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), fmt.Sprintf("pid-%d", follower.cmd.Process.Pid)) {
+		t.Errorf("status not written by the new leader (pid %d): %.200s", follower.cmd.Process.Pid, raw)
+	}
+}

@@ -1,0 +1,502 @@
+package nomad
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/pollux-nomad/pollux/jobs"
+)
+
+// ErrNotManaged is returned by Apply for a job whose meta does not have
+// pollux_enabled = "true": the adapter never changes such a job.
+var ErrNotManaged = errors.New("job is not tagged pollux_enabled = \"true\"")
+
+// taggedFilter is the server-side filter for Pollux jobs.
+const taggedFilter = `Meta.` + MetaEnabled + ` == "true"`
+
+// Config configures a Client. The zero value is not valid: Device is
+// required.
+type Config struct {
+	// Device is the Nomad device type of a GPU: "type", "vendor/type" or
+	// "vendor/type/name" as in a job's device block ("nvidia/gpu" in
+	// production, "nomad/file/mock" on the test cluster). Required.
+	Device string
+	// Logger receives the adapter's logs (sub-logger "nomad"). Default: no
+	// logging.
+	Logger hclog.Logger
+	// Namespaces limits the jobs the adapter manages to these namespaces.
+	// Empty: every namespace the token may read ("*"). Jobs in other
+	// namespaces are treated like jobs Pollux does not manage.
+	Namespaces []string
+	// NodePool limits Nodes to the nodes of one node pool. Empty: all.
+	NodePool string
+}
+
+// Client is the controller's view of Nomad: it implements jobs.Cluster.
+// It is safe for concurrent use.
+type Client struct {
+	api *api.Client
+	dev device
+	ns  map[string]bool // nil: every namespace
+	cfg Config
+	log hclog.Logger
+}
+
+var _ jobs.Cluster = (*Client)(nil)
+
+// New returns a Client using client, which api.NewClient(api.DefaultConfig())
+// configures from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION and the NOMAD_CA*
+// TLS variables.
+func New(client *api.Client, cfg Config) (*Client, error) {
+	if client == nil {
+		return nil, errors.New("failed to create nomad client: no api client")
+	}
+	dev, err := parseDevice(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create nomad client: %w", err)
+	}
+	c := &Client{api: client, dev: dev, cfg: cfg, log: cfg.Logger}
+	if c.log == nil {
+		c.log = hclog.NewNullLogger()
+	}
+	c.log = c.log.Named("nomad")
+	if len(cfg.Namespaces) > 0 {
+		c.ns = map[string]bool{}
+		for _, n := range cfg.Namespaces {
+			if n == "" || n == "*" {
+				c.ns = nil
+				break
+			}
+			c.ns[n] = true
+		}
+	}
+	return c, nil
+}
+
+// managed reports whether jobs of namespace ns are the controller's.
+func (c *Client) managed(ns string) bool { return c.ns == nil || c.ns[ns] }
+
+func namespace(ref jobs.JobRef) string {
+	if ref.Namespace == "" {
+		return "default"
+	}
+	return ref.Namespace
+}
+
+func (c *Client) query(ctx context.Context, ns string) *api.QueryOptions {
+	return (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
+}
+
+// isNotFound reports whether err is Nomad's 404.
+func isNotFound(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		return ue.StatusCode() == http.StatusNotFound
+	}
+	return err != nil && strings.Contains(err.Error(), "404")
+}
+
+// isConflict reports whether err is the server's answer to a register whose
+// enforced JobModifyIndex is stale.
+func isConflict(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "conflicting job modify index")
+}
+
+// ListJobs returns the Pollux-tagged jobs of every namespace the client
+// manages, sorted by namespace and ID. With waitIndex > 0 it is a Nomad
+// blocking query: it returns when the jobs list changes past waitIndex (any
+// job's change wakes it, so callers diff the result) or after wait.
+func (c *Client) ListJobs(ctx context.Context, waitIndex uint64, wait time.Duration) ([]jobs.JobRef, uint64, error) {
+	q := c.query(ctx, "*")
+	q.Filter = taggedFilter
+	q.WaitIndex = waitIndex
+	q.WaitTime = wait
+	stubs, qm, err := c.api.Jobs().List(q)
+	if err != nil {
+		return nil, 0, fmt.Errorf("failed to list jobs: %w", err)
+	}
+	refs := make([]jobs.JobRef, 0, len(stubs))
+	for _, s := range stubs {
+		ns := cmp.Or(s.Namespace, "default")
+		if !c.managed(ns) {
+			continue
+		}
+		refs = append(refs, jobs.JobRef{Namespace: ns, ID: s.ID})
+	}
+	slices.SortFunc(refs, func(a, b jobs.JobRef) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
+	})
+	return refs, qm.LastIndex, nil
+}
+
+// info reads a job's spec.
+func (c *Client) info(ctx context.Context, ref jobs.JobRef) (*api.Job, error) {
+	job, _, err := c.api.Jobs().Info(ref.ID, c.query(ctx, namespace(ref)))
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("failed to read job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+		}
+		return nil, fmt.Errorf("failed to read job %s: %w", ref, err)
+	}
+	if job.JobModifyIndex == nil {
+		return nil, fmt.Errorf("failed to read job %s: server returned no JobModifyIndex", ref)
+	}
+	return job, nil
+}
+
+// ReadJob reads one job: its meta, index and status, the placement its spec
+// asks for and what runs (see the package documentation). A job that cannot
+// be managed is returned with Problem set, not as an error; a job that does
+// not exist gives an error wrapping jobs.ErrNotFound.
+func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	ref.Namespace = namespace(ref)
+	job, err := c.info(ctx, ref)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	j := jobs.Job{
+		JobRef:         ref,
+		Meta:           maps.Clone(job.Meta),
+		JobModifyIndex: *job.JobModifyIndex,
+		Status:         deref(job.Status),
+		Stopped:        deref(job.Stop),
+	}
+	if j.Meta == nil {
+		j.Meta = map[string]string{}
+	}
+	if j.SubmitTime, err = c.submitTime(ctx, ref, job); err != nil {
+		return jobs.Job{}, err
+	}
+	g, problem := workerGroup(job, c.dev)
+	switch {
+	case job.Meta[MetaEnabled] != "true":
+		j.Problem = ErrNotManaged.Error()
+	case problem != "":
+		j.Problem = problem
+	default:
+		j.Placement = specPlacement(job, g, c.dev)
+	}
+	if j.Running, err = c.running(ctx, ref, job); err != nil {
+		return jobs.Job{}, err
+	}
+	return j, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// submitTime is the job's first submission: the pollux_submit_time meta key
+// if Apply wrote one, else the oldest version Nomad keeps.
+func (c *Client) submitTime(ctx context.Context, ref jobs.JobRef, job *api.Job) (time.Time, error) {
+	if s, ok := job.Meta[MetaSubmitTime]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t, nil
+		}
+		c.log.Warn("ignoring malformed meta key", "job_id", ref.String(), "key", MetaSubmitTime, "value", s)
+	}
+	first := deref(job.SubmitTime)
+	if deref(job.Version) > 0 {
+		versions, _, _, err := c.api.Jobs().Versions(ref.ID, false, c.query(ctx, ref.Namespace))
+		if err != nil {
+			if isNotFound(err) {
+				return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+			}
+			return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, err)
+		}
+		for _, v := range versions {
+			if t := deref(v.SubmitTime); t > 0 && t < first {
+				first = t
+			}
+		}
+	}
+	return time.Unix(0, first).UTC(), nil
+}
+
+// allocIndex matches the "[index]" suffix of an allocation name.
+var allocIndex = regexp.MustCompile(`\[(\d+)\]$`)
+
+// running returns the GPUs held by the job's running allocations, per node,
+// nodes ordered by their group's rank (then allocation index, then ID).
+func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job) ([]jobs.NodeGPUs, error) {
+	q := c.query(ctx, ref.Namespace)
+	q.Filter = fmt.Sprintf(`JobID == %s and ClientStatus == "running" and DesiredStatus == "run"`, strconv.Quote(ref.ID))
+	q.Params = map[string]string{"resources": "true"}
+	allocs, _, err := c.api.Allocations().List(q)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations of job %s: %w", ref, err)
+	}
+	const unranked = 1 << 30
+	rank := map[string]int{}
+	for _, tg := range job.TaskGroups {
+		if r, ok := groupRank(tg); ok {
+			rank[groupName(tg)] = r
+		}
+	}
+	type key struct{ rank, index int }
+	gpus := map[string]int{}
+	order := map[string]key{}
+	for _, a := range allocs {
+		if a.JobID != ref.ID || a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun {
+			continue
+		}
+		n, err := c.allocDevices(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue
+		}
+		k := key{unranked, unranked}
+		if r, ok := rank[a.TaskGroup]; ok {
+			k.rank = r
+		}
+		if m := allocIndex.FindStringSubmatch(a.Name); m != nil {
+			k.index, _ = strconv.Atoi(m[1])
+		}
+		if old, ok := order[a.NodeID]; !ok || k.rank < old.rank || (k.rank == old.rank && k.index < old.index) {
+			order[a.NodeID] = k
+		}
+		gpus[a.NodeID] += n
+	}
+	out := make([]jobs.NodeGPUs, 0, len(gpus))
+	for node, n := range gpus {
+		out = append(out, jobs.NodeGPUs{Node: node, GPUs: n})
+	}
+	slices.SortFunc(out, func(a, b jobs.NodeGPUs) int {
+		ka, kb := order[a.Node], order[b.Node]
+		return cmp.Or(cmp.Compare(ka.rank, kb.rank), cmp.Compare(ka.index, kb.index), cmp.Compare(a.Node, b.Node))
+	})
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// allocDevices counts the distinct device IDs of the configured type an
+// allocation holds, reading the allocation when its stub lacks resources.
+func (c *Client) allocDevices(ctx context.Context, a *api.AllocationListStub) (int, error) {
+	res := a.AllocatedResources
+	if res == nil {
+		full, _, err := c.api.Allocations().Info(a.ID, c.query(ctx, a.Namespace))
+		if err != nil {
+			if isNotFound(err) {
+				return 0, nil // garbage-collected meanwhile
+			}
+			return 0, fmt.Errorf("failed to read allocation %s: %w", a.ID, err)
+		}
+		res = full.AllocatedResources
+	}
+	return len(c.deviceIDs(res)), nil
+}
+
+// deviceIDs returns the distinct device IDs of the configured type in res.
+func (c *Client) deviceIDs(res *api.AllocatedResources) []string {
+	if res == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, t := range res.Tasks {
+		if t == nil {
+			continue
+		}
+		for _, d := range t.Devices {
+			if d == nil || !c.dev.matchesInstance(d.Vendor, d.Type, d.Name) {
+				continue
+			}
+			for _, id := range d.DeviceIDs {
+				if !seen[id] {
+					seen[id] = true
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Nodes returns the ready, eligible, non-draining nodes (of Config.NodePool,
+// if set), sorted by name, with their healthy instances of the configured
+// device and the instances held by allocations that are not terminal and
+// belong to jobs the controller does not manage.
+func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
+	q := c.query(ctx, "")
+	q.Params = map[string]string{"resources": "true"}
+	stubs, _, err := c.api.Nodes().List(q)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list nodes: %w", err)
+	}
+	var out []jobs.Node
+	index := map[string]int{}
+	for _, s := range stubs {
+		if s.Status != api.NodeStatusReady || s.SchedulingEligibility != api.NodeSchedulingEligible || s.Drain {
+			continue
+		}
+		if c.cfg.NodePool != "" && s.NodePool != c.cfg.NodePool {
+			continue
+		}
+		res := s.NodeResources
+		if res == nil {
+			n, _, err := c.api.Nodes().Info(s.ID, c.query(ctx, ""))
+			if err != nil {
+				if isNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("failed to read node %s: %w", s.Name, err)
+			}
+			res = n.NodeResources
+		}
+		gpus := 0
+		if res != nil {
+			for _, d := range res.Devices {
+				if d == nil || !c.dev.matchesInstance(d.Vendor, d.Type, d.Name) {
+					continue
+				}
+				for _, inst := range d.Instances {
+					if inst != nil && inst.Healthy {
+						gpus++
+					}
+				}
+			}
+		}
+		index[s.ID] = len(out)
+		out = append(out, jobs.Node{ID: s.ID, Name: s.Name, GPUs: gpus})
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	tagged, err := c.taggedJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q = c.query(ctx, "*")
+	q.Filter = `DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" and ClientStatus != "lost"`
+	q.Params = map[string]string{"resources": "true"}
+	allocs, _, err := c.api.Allocations().List(q)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations: %w", err)
+	}
+	for _, a := range allocs {
+		i, ok := index[a.NodeID]
+		if !ok || tagged[jobs.JobRef{Namespace: cmp.Or(a.Namespace, "default"), ID: a.JobID}] {
+			continue
+		}
+		n, err := c.allocDevices(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		out[i].UsedByOthers += n
+	}
+	slices.SortFunc(out, func(a, b jobs.Node) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	return out, nil
+}
+
+// taggedJobs returns the set of jobs the controller manages.
+func (c *Client) taggedJobs(ctx context.Context) (map[jobs.JobRef]bool, error) {
+	refs, _, err := c.ListJobs(ctx, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[jobs.JobRef]bool, len(refs))
+	for _, r := range refs {
+		set[r] = true
+	}
+	return set, nil
+}
+
+// Apply rewrites one job as the change says: one task group per node of
+// the placement (see the package documentation) and the change's meta keys,
+// registered with check-and-set on c.JobModifyIndex. It returns the job's
+// new JobModifyIndex. If the job changed since it was read, the error wraps
+// jobs.ErrConflict and nothing is written; a missing job gives
+// jobs.ErrNotFound, an untagged one ErrNotManaged.
+func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
+	ref := ch.Job
+	ref.Namespace = namespace(ref)
+	log := c.log.With("job_id", ref.String())
+	job, err := c.info(ctx, ref)
+	if err != nil {
+		return 0, fmt.Errorf("failed to apply change: %w", err)
+	}
+	if job.Meta[MetaEnabled] != "true" {
+		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, ErrNotManaged)
+	}
+	if !c.managed(ref.Namespace) {
+		return 0, fmt.Errorf("failed to apply change to job %s: namespace %q is not managed", ref, ref.Namespace)
+	}
+	if got := *job.JobModifyIndex; got != ch.JobModifyIndex {
+		log.Info("job changed since it was read; not applying", "read_index", ch.JobModifyIndex, "job_modify_index", got)
+		return 0, fmt.Errorf("failed to apply change to job %s: job modify index is %d, change was read at %d: %w",
+			ref, got, ch.JobModifyIndex, jobs.ErrConflict)
+	}
+	g, problem := workerGroup(job, c.dev)
+	if problem != "" {
+		return 0, fmt.Errorf("failed to apply change to job %s: %s", ref, problem)
+	}
+	if _, ok := job.Meta[MetaSubmitTime]; !ok {
+		first, err := c.submitTime(ctx, ref, job)
+		if err != nil {
+			return 0, fmt.Errorf("failed to apply change: %w", err)
+		}
+		job.Meta[MetaSubmitTime] = first.Format(time.RFC3339Nano)
+	}
+	if err := reshape(job, g, ch.Placement, c.dev); err != nil {
+		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, err)
+	}
+	maps.Copy(job.Meta, ch.Meta)
+	job.Meta[MetaEnabled] = "true"
+
+	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: ch.JobModifyIndex}
+	w := (&api.WriteOptions{Namespace: ref.Namespace}).WithContext(ctx)
+	resp, _, err := c.api.Jobs().RegisterOpts(job, opts, w)
+	if err != nil {
+		if isConflict(err) {
+			log.Info("job changed since it was read; not applied", "read_index", ch.JobModifyIndex)
+			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(jobs.ErrConflict, err))
+		}
+		if isNotFound(err) {
+			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+		}
+		return 0, fmt.Errorf("failed to register job %s: %w", ref, err)
+	}
+	if resp.Warnings != "" {
+		log.Debug("register warnings", "warnings", resp.Warnings)
+	}
+	index := resp.JobModifyIndex
+	if index == 0 {
+		fresh, err := c.info(ctx, ref)
+		if err != nil {
+			return 0, fmt.Errorf("failed to read back applied change: %w", err)
+		}
+		index = *fresh.JobModifyIndex
+	}
+	log.Debug("applied placement", "placement", formatPlacement(ch.Placement), "job_modify_index", index, "eval_id", resp.EvalID)
+	return index, nil
+}
+
+// formatPlacement renders a placement as pollux_placement does.
+func formatPlacement(p []jobs.NodeGPUs) string {
+	parts := make([]string, len(p))
+	for i, ng := range p {
+		parts[i] = ng.Node + ":" + strconv.Itoa(ng.GPUs)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,440 @@
+#!/usr/bin/env bash
+# A real Consul + Nomad cluster on 127.0.0.1 for development and tests.
+#
+#   scripts/cluster.sh up       start it (idempotent) and wait until it is ready
+#   scripts/cluster.sh down     stop every job, agent and task it started; remove its state
+#   scripts/cluster.sh status   exit 0 when it is up and answering, 1 otherwise
+#
+# One Consul dev agent, one Nomad server and NOMAD_CLIENTS Nomad clients
+# (default 2), each its own process with its own data dir, ports and node name
+# (client-1, client-2, ...). Every client has POLLUX_GPUS_PER_CLIENT (default
+# 4) fake GPUs: empty files served by Nomad's example device plugin as devices
+# "nomad/file/mock". raw_exec is enabled. Nothing binds or advertises anything
+# but 127.0.0.1; update checks and cloud fingerprinters are off.
+#
+# State, logs and PIDs live in POLLUX_CLUSTER_DIR (default <repo>/.cluster,
+# git-ignored). `up` writes <dir>/env with export lines for NOMAD_ADDR,
+# CONSUL_HTTP_ADDR, POLLUX_DEVICE and POLLUX_CLUSTER_DIR.
+#
+# Binaries: ${POLLUX_CACHE:-$HOME/.cache/pollux}/bin/{consul,nomad,plugins/example-fs-device}
+# (built by scripts/install-servers.sh). Ports: POLLUX_PORT_OFFSET (default
+# 10000) is added to the usual ones, so a developer's own agents on the
+# default ports do not clash: Consul HTTP 18500, Nomad HTTP 14646, clients
+# 15010, 15020, ...
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${POLLUX_CLUSTER_DIR:-$repo/.cluster}
+bin=${POLLUX_CACHE:-$HOME/.cache/pollux}/bin
+clients=${NOMAD_CLIENTS:-2}
+gpus=${POLLUX_GPUS_PER_CLIENT:-4}
+off=${POLLUX_PORT_OFFSET:-10000}
+ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
+device=nomad/file/mock
+
+consul_http=$((8500 + off))
+consul_server=$((8300 + off))
+consul_serf_lan=$((8301 + off))
+consul_serf_wan=$((8302 + off))
+nomad_http=$((4646 + off))
+nomad_rpc=$((4647 + off))
+nomad_serf=$((4648 + off))
+client_port() { echo $((5000 + off + 10 * $1 + $2)); } # client_port I K: K=0 http, 1 rpc, 2 serf
+
+log() { echo "cluster: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The lock serialises up/down/with-cluster bookkeeping between processes. It
+# lives outside $dir because down removes $dir.
+lockfile=${TMPDIR:-/tmp}/pollux-cluster-$(printf '%s' "$dir" | cksum | cut -d' ' -f1).lock
+with_lock() {
+  if [ "${POLLUX_CLUSTER_LOCKED:-}" = "$lockfile" ]; then
+    "$@"
+    return
+  fi
+  exec 9>"$lockfile"
+  flock 9
+  POLLUX_CLUSTER_LOCKED=$lockfile "$@"
+  local rc=$?
+  flock -u 9
+  exec 9>&-
+  return $rc
+}
+
+# --- processes ---------------------------------------------------------------
+
+alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+
+# pid_of NAME: the recorded PID of an agent, if any.
+pid_of() { cat "$dir/pids/$1.pid" 2>/dev/null || true; }
+
+# agent_alive NAME: the recorded process exists and still runs our binary.
+agent_alive() {
+  local pid exe
+  pid=$(pid_of "$1")
+  alive "$pid" || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
+  case "$exe" in "$bin"/*) return 0 ;; esac
+  return 1
+}
+
+agents() {
+  echo consul
+  echo nomad-server
+  local i
+  for i in $(seq 1 "$(cat "$dir/clients" 2>/dev/null || echo "$clients")"); do echo "client-$i"; done
+}
+
+# start NAME CWD CMD...: runs CMD in its own session (so a signal to the
+# caller's process group does not reach it), output to logs/NAME.log.
+start() {
+  local name=$1 cwd=$2
+  shift 2
+  (cd "$cwd" && exec setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null) &
+  echo $! >"$dir/pids/$name.pid"
+}
+
+# descendants PID...: every process below the given ones.
+descendants() {
+  local table
+  table=$(ps -e -o pid=,ppid=)
+  local todo=("$@") out=() p c
+  while [ ${#todo[@]} -gt 0 ]; do
+    p=${todo[0]}
+    todo=("${todo[@]:1}")
+    for c in $(awk -v p="$p" '$2 == p {print $1}' <<<"$table"); do
+      out+=("$c")
+      todo+=("$c")
+    done
+  done
+  echo "${out[@]:-}"
+}
+
+# under_dir: PIDs of processes whose working directory or command line is
+# inside $dir (agents, nomad executor/logmon plugins, raw_exec tasks), other
+# than this script and its ancestors.
+under_dir() {
+  local keep=" $$ " p=$$ pid cwd
+  while [ "$p" -gt 1 ] 2>/dev/null; do
+    p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1)
+    keep+="$p "
+  done
+  for pid in /proc/[0-9]*; do
+    pid=${pid#/proc/}
+    case "$keep" in *" $pid "*) continue ;; esac
+    cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null || true)
+    case "$cwd" in
+      "$dir" | "$dir"/*) echo "$pid"; continue ;;
+    esac
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then
+      echo "$pid"
+    fi
+  done
+}
+
+# stop_pids SIGNAL GRACE PID...: signal, wait up to GRACE seconds, then KILL.
+stop_pids() {
+  local sig=$1 grace=$2
+  shift 2
+  local live=() p
+  for p in "$@"; do alive "$p" && live+=("$p"); done
+  [ ${#live[@]} -gt 0 ] || return 0
+  kill "-$sig" "${live[@]}" 2>/dev/null || true
+  local deadline=$((SECONDS + grace))
+  while [ $SECONDS -lt $deadline ]; do
+    local any=0
+    for p in "${live[@]}"; do alive "$p" && any=1; done
+    [ $any = 1 ] || return 0
+    sleep 0.2
+  done
+  for p in "${live[@]}"; do
+    if alive "$p"; then
+      log "pid $p did not stop after $grace s; killing it"
+      kill -KILL "$p" 2>/dev/null || true
+    fi
+  done
+}
+
+port_busy() { ss -ltnH "( sport = :$1 )" 2>/dev/null | grep -q .; }
+
+# --- HTTP checks -------------------------------------------------------------
+
+consul_addr() { echo "http://127.0.0.1:$consul_http"; }
+nomad_addr() { echo "http://127.0.0.1:$nomad_http"; }
+get() { curl -fsS --max-time 3 "$@"; }
+
+consul_leader() { [ -n "$(get "$(consul_addr)/v1/status/leader" 2>/dev/null | tr -d '"')" ]; }
+nomad_leader() { [ -n "$(get "$(nomad_addr)/v1/status/leader" 2>/dev/null | tr -d '"')" ]; }
+
+# client_ready NAME: node NAME is ready, eligible and has its GPUs, all healthy.
+client_ready() {
+  local id n
+  id=$(get "$(nomad_addr)/v1/nodes" 2>/dev/null |
+    jq -r --arg n "$1" '[.[] | select(.Name == $n and .Status == "ready" and .SchedulingEligibility == "eligible")][0].ID // empty') || return 1
+  [ -n "$id" ] || return 1
+  n=$(get "$(nomad_addr)/v1/node/$id" 2>/dev/null |
+    jq '[.NodeResources.Devices // [] | .[] | select(.Vendor == "nomad" and .Type == "file" and .Name == "mock") | .Instances[] | select(.Healthy)] | length') || return 1
+  [ "$n" = "$gpus" ]
+}
+
+# wait_for DESC AGENT CHECK...: poll CHECK until it succeeds; on timeout or
+# when AGENT's process died, print the tail of AGENT's log and fail.
+wait_for() {
+  local desc=$1 agent=$2
+  shift 2
+  local deadline=$((start_time + ready_timeout))
+  until "$@"; do
+    if ! agent_alive "$agent"; then
+      fail "$agent exited while waiting for $desc" "$agent"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      fail "timed out after ${ready_timeout}s waiting for $desc" "$agent"
+    fi
+    sleep 0.5
+  done
+}
+
+fail() {
+  local msg=$1 agent=$2 keep
+  log "error: $msg"
+  log "last lines of $dir/logs/$agent.log:"
+  tail -n 40 "$dir/logs/$agent.log" >&2 2>/dev/null || true
+  keep=$(mktemp -d "${TMPDIR:-/tmp}/pollux-cluster-logs.XXXXXX")
+  cp -r "$dir/logs/." "$keep/" 2>/dev/null || true
+  log "all agent logs copied to $keep; cleaning up"
+  do_down >&2 || true
+  exit 1
+}
+
+# --- configuration -----------------------------------------------------------
+
+write_configs() {
+  cat >"$dir/nomad-server.hcl" <<EOF
+disable_update_check = true
+name      = "server-1"
+data_dir  = "$dir/nomad-server"
+bind_addr = "127.0.0.1"
+log_level = "INFO"
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+ports {
+  http = $nomad_http
+  rpc  = $nomad_rpc
+  serf = $nomad_serf
+}
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+consul {
+  address          = "127.0.0.1:$consul_http"
+  server_auto_join = false
+  client_auto_join = false
+}
+EOF
+  local i
+  for i in $(seq 1 "$clients"); do
+    cat >"$dir/client-$i.hcl" <<EOF
+disable_update_check = true
+name       = "client-$i"
+data_dir   = "$dir/client-$i"
+bind_addr  = "127.0.0.1"
+log_level  = "INFO"
+plugin_dir = "$bin/plugins"
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+ports {
+  http = $(client_port "$i" 0)
+  rpc  = $(client_port "$i" 1)
+  serf = $(client_port "$i" 2)
+}
+client {
+  enabled           = true
+  servers           = ["127.0.0.1:$nomad_rpc"]
+  network_interface = "lo"
+  options {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+    "driver.denylist"      = "docker,qemu,java,exec,podman"
+  }
+}
+consul {
+  address          = "127.0.0.1:$consul_http"
+  server_auto_join = false
+  client_auto_join = false
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+plugin "example-fs-device" {
+  config {
+    dir         = "$dir/gpus-$i"
+    list_period = "1s"
+  }
+}
+EOF
+  done
+}
+
+# --- commands ----------------------------------------------------------------
+
+do_status() {
+  [ -f "$dir/env" ] || { echo "cluster: not running ($dir/env missing)"; return 1; }
+  local a ok=0
+  for a in $(agents); do
+    if agent_alive "$a"; then echo "$a: running (pid $(pid_of "$a"))"; else echo "$a: NOT running"; ok=1; fi
+  done
+  if consul_leader; then echo "consul: leader elected ($(consul_addr))"; else echo "consul: no leader"; ok=1; fi
+  if nomad_leader; then echo "nomad: leader elected ($(nomad_addr))"; else echo "nomad: no leader"; ok=1; fi
+  for a in $(agents | grep '^client-'); do
+    if client_ready "$a"; then echo "$a: ready with $gpus healthy $device"; else echo "$a: not ready"; ok=1; fi
+  done
+  return $ok
+}
+
+do_up() {
+  if [ -d "$dir" ]; then
+    if do_status >/dev/null 2>&1; then
+      log "already running ($dir); NOMAD_ADDR=$(nomad_addr) CONSUL_HTTP_ADDR=$(consul_addr)"
+      return 0
+    fi
+    log "stale cluster state in $dir; cleaning it up first"
+    do_down
+  fi
+  [ -x "$bin/consul" ] && [ -x "$bin/nomad" ] && [ -x "$bin/plugins/example-fs-device" ] ||
+    die "server binaries missing in $bin: run scripts/install-servers.sh"
+  command -v jq >/dev/null || die "jq is required"
+  command -v curl >/dev/null || die "curl is required"
+  local p i
+  for p in $consul_http $consul_server $consul_serf_lan $consul_serf_wan $nomad_http $nomad_rpc $nomad_serf; do
+    port_busy "$p" && die "port $p on 127.0.0.1 is in use (set POLLUX_PORT_OFFSET to use other ports)"
+  done
+  for i in $(seq 1 "$clients"); do
+    for p in $(client_port "$i" 0) $(client_port "$i" 1) $(client_port "$i" 2); do
+      port_busy "$p" && die "port $p on 127.0.0.1 is in use (set POLLUX_PORT_OFFSET to use other ports)"
+    done
+  done
+
+  start_time=$SECONDS
+  mkdir -p "$dir/logs" "$dir/pids" "$dir/consul" "$dir/nomad-server"
+  echo "$clients" >"$dir/clients"
+  for i in $(seq 1 "$clients"); do
+    mkdir -p "$dir/client-$i" "$dir/gpus-$i"
+    for p in $(seq 0 $((gpus - 1))); do : >"$dir/gpus-$i/gpu-$i-$p"; done
+  done
+  write_configs
+
+  log "starting consul on $(consul_addr)"
+  start consul "$dir/consul" "$bin/consul" agent -dev -node pollux-consul \
+    -bind 127.0.0.1 -client 127.0.0.1 \
+    -hcl 'disable_update_check = true' \
+    -hcl "ports { http = $consul_http, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
+  wait_for "a consul leader" consul consul_leader
+
+  log "starting nomad server on $(nomad_addr)"
+  start nomad-server "$dir/nomad-server" "$bin/nomad" agent -config "$dir/nomad-server.hcl"
+  for i in $(seq 1 "$clients"); do
+    log "starting nomad client-$i (http 127.0.0.1:$(client_port "$i" 0), $gpus x $device in $dir/gpus-$i)"
+    start "client-$i" "$dir/client-$i" "$bin/nomad" agent -config "$dir/client-$i.hcl"
+  done
+  wait_for "a nomad leader" nomad-server nomad_leader
+  for i in $(seq 1 "$clients"); do
+    wait_for "client-$i to be ready with $gpus healthy $device" "client-$i" client_ready "client-$i"
+  done
+
+  cat >"$dir/env" <<EOF
+export NOMAD_ADDR=$(nomad_addr)
+export CONSUL_HTTP_ADDR=127.0.0.1:$consul_http
+export POLLUX_DEVICE=$device
+export POLLUX_CLUSTER_DIR=$dir
+EOF
+  log "ready in $((SECONDS - start_time))s: consul + nomad server + $clients clients x $gpus GPUs; source $dir/env"
+}
+
+do_down() {
+  if [ ! -d "$dir" ]; then
+    log "not running (no $dir)"
+    return 0
+  fi
+  local a pid
+  # 1. Stop and purge every job, then wait for the allocations to finish, so
+  #    that the clients stop their tasks themselves.
+  if nomad_leader; then
+    local jobs n=0
+    jobs=$(get "$(nomad_addr)/v1/jobs?namespace=*" | jq -r '.[] | "\(.Namespace) \(.ID)"' || true)
+    while read -r ns id; do
+      [ -n "$id" ] || continue
+      curl -fsS --max-time 5 -X DELETE "$(nomad_addr)/v1/job/$(jq -rn --arg s "$id" '$s|@uri')?purge=true&namespace=$ns" >/dev/null || true
+      n=$((n + 1))
+    done <<<"$jobs"
+    if [ $n -gt 0 ]; then
+      log "stopped and purged $n job(s); waiting for their allocations to stop"
+      local deadline=$((SECONDS + 30)) left
+      while :; do
+        left=$(get "$(nomad_addr)/v1/allocations?namespace=*" 2>/dev/null |
+          jq '[.[] | select(.ClientStatus == "pending" or .ClientStatus == "running")] | length' || echo "?")
+        [ "$left" = 0 ] && break
+        if [ $SECONDS -ge $deadline ]; then
+          log "$left allocation(s) still running after 30s; their processes will be killed"
+          break
+        fi
+        sleep 0.5
+      done
+    fi
+  fi
+  # 2. Remember everything the agents started (executors, logmons, tasks),
+  #    then stop the agents by their recorded PIDs: clients, server, consul.
+  local roots=() left_over
+  for a in $(agents); do agent_alive "$a" && roots+=("$(pid_of "$a")"); done
+  left_over=$(descendants "${roots[@]:-}")
+  local cl=()
+  for a in $(agents | grep '^client-'); do agent_alive "$a" && cl+=("$(pid_of "$a")"); done
+  [ ${#cl[@]} -eq 0 ] || { log "stopping nomad clients (${cl[*]})"; stop_pids INT 20 "${cl[@]}"; }
+  if agent_alive nomad-server; then
+    log "stopping nomad server ($(pid_of nomad-server))"
+    stop_pids INT 20 "$(pid_of nomad-server)"
+  fi
+  if agent_alive consul; then
+    log "stopping consul ($(pid_of consul))"
+    stop_pids INT 20 "$(pid_of consul)"
+  fi
+  # 3. Processes left behind: what the agents started, and anything whose
+  #    working directory or command line is under $dir. Never by name.
+  local stray
+  stray=$( (
+    for pid in $left_over; do alive "$pid" && echo "$pid"; done
+    under_dir
+  ) | sort -un)
+  if [ -n "$stray" ]; then
+    log "ending leftover processes: $(echo $stray)"
+    # shellcheck disable=SC2086
+    stop_pids TERM 5 $stray
+  fi
+  # 4. Unmount what the clients mounted under $dir (secrets/private tmpfs).
+  local m
+  for m in $(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | awk '{print length, $0}' | sort -rn | cut -d' ' -f2-); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
+  done
+  # 5. Remove the state and check that nothing is left.
+  rm -rf "$dir" || die "could not remove $dir"
+  stray=$(under_dir)
+  [ -z "$stray" ] || die "processes still running under $dir: $(echo $stray)"
+  log "down"
+}
+
+case "${1:-}" in
+  up) with_lock do_up ;;
+  down) with_lock do_down ;;
+  status) do_status ;;
+  *)
+    echo "usage: $0 up|down|status" >&2
+    exit 2
+    ;;
+esac
