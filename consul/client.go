@@ -78,14 +78,14 @@ type Config struct {
 	// Consul invalidates its session, 2×SessionTTL after its last renewal
 	// (Consul's timer is twice the TTL).
 	SessionTTL time.Duration
-	// LockDelay is the session's lock-delay: after the session is
+	// LockDelay is the leader session's lock-delay: after the session is
 	// invalidated (leader died, session destroyed), Consul refuses the lock
 	// to anyone for this long, so that the old holder can notice before a
-	// new one acts. Default 1s (Consul's default is 15s, which would add
-	// 15s to every takeover); at most 60s. While it is in force the Consul
-	// API's lock loop retries after a fixed 5s (api.DefaultLockRetryTime),
-	// so a takeover after an invalidation takes about 5s more than the
-	// invalidation itself. A clean Release has no lock-delay.
+	// new one acts. It adds this much to every takeover but a clean
+	// Release's. Default 1s (Consul's default, 15s, would add 15s to every
+	// takeover); at most 60s. All instances should use the same value: a
+	// waiting instance waits its own LockDelay and tries again while the
+	// lock is refused.
 	LockDelay time.Duration
 	// LockKey is the leader lock's key, relative to Prefix. Default
 	// "leader".

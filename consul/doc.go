@@ -11,7 +11,8 @@
 // lock-delay (default 1s). Only the holder of the lock changes jobs; the
 // others wait in Acquire. A holder that dies stops renewing its session;
 // Consul invalidates the session at twice its TTL after the last renewal
-// and a waiting instance takes the lock over (see Leader for the timings).
+// and a waiting instance takes the lock over once the lock-delay has
+// passed: 16–21s after the death with the defaults (see Leader).
 // A holder that cannot reach Consul gives leadership up itself, one TTL
 // after its last renewal, so before Consul can hand the lock to another.
 //

@@ -17,8 +17,10 @@ import (
 )
 
 const (
-	// lockWaitTime bounds one blocking read of the lock key while waiting:
-	// an abandoned attempt (cancelled Acquire) finishes within about this.
+	// lockWaitTime bounds one blocking read of the API's lock loop. The
+	// loop runs once takeKey holds the key and then returns at once; it
+	// waits only if the key was lost in between. An abandoned loop
+	// (cancelled Acquire) returns within about this.
 	lockWaitTime = 5 * time.Second
 	// monitorRetryTime is the pause between the lock monitor's retries
 	// when Consul cannot be reached.
@@ -27,6 +29,9 @@ const (
 	cleanupTimeout = 10 * time.Second
 	// maxBackoff bounds the pause between failed acquisition attempts.
 	maxBackoff = 8 * time.Second
+	// lockDelayMargin is waited beyond the lock-delay, for the time between
+	// the invalidation and its being seen.
+	lockDelayMargin = 100 * time.Millisecond
 )
 
 // errSessionLost: the session could not be renewed within its TTL, or
@@ -40,34 +45,38 @@ var errSessionLost = errors.New("session lost")
 //   - the session has TTL Config.SessionTTL, behaviour "release" (the lock
 //     is freed, not deleted, when the session ends), lock-delay
 //     Config.LockDelay and Consul's default node health check; Leader
-//     renews it every TTL/2 from creation until the term ends;
+//     renews it every TTL/2 from its creation until the term ends;
 //   - Acquire waits for the lock without limit (LockTryOnce false) and
-//     retries after errors (Consul unreachable, ...) until its context ends;
+//     retries after errors (Consul unreachable, ...) until its context
+//     ends. It waits with blocking reads of its own that end with the
+//     context, and takes the key as soon as it is free and any lock-delay
+//     has passed; the API lock then adopts the key, monitors it and
+//     unlocks it (left to itself, the API's loop would pause a fixed 5s on
+//     every lock-delay);
 //   - the lock monitor retries for about one TTL (MonitorRetries) when
 //     Consul cannot be reached, so a brief blip does not drop leadership.
 //
 // The channel Acquire returns is closed when the term ends: the lock key
 // no longer names the session (session destroyed or invalidated, key
 // deleted), the session could not be renewed for one TTL since the last
-// successful renewal (Consul unreachable), or Release was called. The
-// session is then destroyed. A term that ended cannot be resumed: call
-// Acquire again for a new one.
+// successful renewal (Consul unreachable), or Release was called. The key
+// is then unlocked if it still names the session and the session is
+// destroyed. A term that ended cannot be resumed: call Acquire again.
 //
 // No two holders at once: Consul grants the lock to one session at a time.
 // A holder cut off from Consul gives up one TTL after its last renewal,
 // while Consul invalidates the session no earlier than 2×TTL after it, so
 // the old holder's channel closes before anyone else can hold the lock
 // (assuming clocks that run at the same rate). When the session is
-// destroyed or invalidated, the lock-delay keeps the lock free for
-// LockDelay so that the old holder, told by the same blocking query, stops
-// first.
+// destroyed or invalidated while the holder still reaches Consul, the
+// lock-delay keeps the lock free for LockDelay, so that the old holder,
+// told by the same blocking query as the others, stops first.
 //
 // Takeover times, with the defaults (TTL 10s, lock-delay 1s): after a
-// Release, at once (well under a second); after the holder's session is
-// destroyed, about 5s (the lock-delay makes the API's lock loop wait its
-// fixed 5s retry time); after the holder dies, Consul invalidates its
-// session 2×TTL after its last renewal (1.5–2×TTL after the death, as
-// renewals come every TTL/2), plus those 5s: 20–25s.
+// Release, at once (milliseconds); after the holder's session is destroyed,
+// the lock-delay (about 1.1s); after the holder dies, Consul invalidates its
+// session 2×TTL after its last renewal, 1.5–2×TTL after the death as
+// renewals come every TTL/2, and the lock-delay follows: 16–21s.
 type Leader struct {
 	c   *Client
 	log hclog.Logger
@@ -270,6 +279,14 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 	}
 	t.lock = lock
 	l.log.Debug("waiting for leadership", "session", id, "key", l.key)
+	if err := l.takeKey(ctx, t); err != nil {
+		l.abandon(t, nil, "wait for the lock ended")
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	t.held.Store(true) // the key names the session: teardown must free it
 
 	stop := make(chan struct{})
 	res := make(chan lockResult, 1)
@@ -301,9 +318,97 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 	}
 }
 
-// abandon cleans an attempt up once its lock loop has returned (within
-// lockWaitTime): unlocks if the loop got the lock after all, and destroys
-// the session. Acquire and Release wait for it.
+// takeKey acquires the lock key for t's session with its own loop: it
+// waits with blocking reads while another session holds the key and, when
+// the key is free, tries to acquire it; a refusal while the key is free
+// means a lock-delay is in force (a holder's session was invalidated), so
+// it waits LockDelay and tries again. The API's lock loop, run next, then
+// finds the key held by this session and only starts its monitor. Left to
+// itself, that loop pauses a fixed 5s (api.DefaultLockRetryTime) whenever a
+// lock-delay refuses it, which would add 5s to every takeover; and its
+// blocking reads do not end with ctx, while these do.
+func (l *Leader) takeKey(ctx context.Context, t *term) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-t.sessionLost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	fail := func(err error) error {
+		if isClosed(t.sessionLost) {
+			return errSessionLost
+		}
+		return err
+	}
+	var index uint64
+	for {
+		q := &api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}
+		pair, meta, err := l.c.kv.Get(l.key, q.WithContext(ctx))
+		if err != nil {
+			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, err))
+		}
+		if pair != nil && pair.Flags != api.LockFlagValue {
+			return fmt.Errorf("failed to lock %q: %w", l.key, api.ErrLockConflict)
+		}
+		if pair != nil && pair.Session == t.session {
+			return nil
+		}
+		if pair != nil && pair.Session != "" {
+			if indexWentBack(index, meta.LastIndex) {
+				index = 0
+			} else {
+				index = clampIndex(meta.LastIndex)
+			}
+			continue
+		}
+		ok, _, err := l.c.kv.Acquire(&api.KVPair{
+			Key:     l.key,
+			Value:   []byte(l.c.cfg.Instance),
+			Session: t.session,
+			Flags:   api.LockFlagValue,
+		}, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return fail(fmt.Errorf("failed to acquire lock %q: %w", l.key, err))
+		}
+		if ok {
+			return nil
+		}
+		// Refused: someone else was quicker, or a lock-delay is in force.
+		pair, meta, err = l.c.kv.Get(l.key, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, err))
+		}
+		if pair != nil && pair.Session != "" {
+			index = clampIndex(meta.LastIndex)
+			continue
+		}
+		l.log.Debug("lock-delay in force, waiting", "lock_delay", l.c.cfg.LockDelay)
+		select {
+		case <-time.After(l.c.cfg.LockDelay + lockDelayMargin):
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+		index = 0
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// abandon cleans an attempt up in the background, once its lock loop (if
+// res is not nil) has returned, within lockWaitTime: it unlocks if the loop
+// got the lock after all, and destroys the session. Acquire and Release
+// wait for it.
 func (l *Leader) abandon(t *term, res <-chan lockResult, reason string) {
 	done := make(chan struct{})
 	l.mu.Lock()
@@ -311,8 +416,10 @@ func (l *Leader) abandon(t *term, res <-chan lockResult, reason string) {
 	l.mu.Unlock()
 	go func() {
 		defer close(done)
-		if r := <-res; r.err == nil && r.ch != nil {
-			t.held.Store(true)
+		if res != nil {
+			if r := <-res; r.err == nil && r.ch != nil {
+				t.held.Store(true)
+			}
 		}
 		t.cleanup(reason)
 	}()
@@ -434,22 +541,41 @@ func (t *term) cleanup(reason string) {
 	}
 }
 
+// unlock frees the key if it still names the session: with the API lock's
+// Unlock once its loop has adopted the key, else (the attempt ended between
+// taking the key and the loop's adopting it) with a plain release. Either
+// way no lock-delay applies, unlike when the session is destroyed.
+func (t *term) unlock(ctx context.Context) error {
+	unlocked := make(chan error, 1)
+	go func() {
+		if t.lock == nil {
+			unlocked <- api.ErrLockNotHeld
+			return
+		}
+		unlocked <- t.lock.Unlock()
+	}()
+	var err error
+	select {
+	case err = <-unlocked:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !errors.Is(err, api.ErrLockNotHeld) {
+		return err
+	}
+	_, _, err = t.l.c.kv.Release(&api.KVPair{Key: t.l.key, Session: t.session, Flags: api.LockFlagValue}, (&api.WriteOptions{}).WithContext(ctx))
+	return err
+}
+
 // teardown ends the term once: closes lost, unlocks the key if held, stops
 // renewing and destroys the session. Later calls wait for the first.
 func (t *term) teardown(ctx context.Context, reason string) error {
 	t.once.Do(func() {
 		close(t.lost)
 		var errs []error
-		if t.held.Load() && t.lock != nil {
-			unlocked := make(chan error, 1)
-			go func() { unlocked <- t.lock.Unlock() }()
-			select {
-			case err := <-unlocked:
-				if err != nil && !errors.Is(err, api.ErrLockNotHeld) {
-					errs = append(errs, fmt.Errorf("failed to unlock %q: %w", t.l.key, err))
-				}
-			case <-ctx.Done():
-				errs = append(errs, fmt.Errorf("failed to unlock %q: %w", t.l.key, ctx.Err()))
+		if t.held.Load() {
+			if err := t.unlock(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("failed to unlock %q: %w", t.l.key, err))
 			}
 		}
 		t.stopRenew()

@@ -39,8 +39,10 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	log = log.Named("agent")
 	g, ctx := errgroup.WithContext(ctx)
+	wake := make(chan struct{}, 1)
 	g.Go(func() error { watchConfig(ctx, o, log); return nil })
-	g.Go(func() error { return lead(ctx, o, log) })
+	g.Go(func() error { watchJobs(ctx, o.Controller.cluster, log, wake); return nil })
+	g.Go(func() error { return lead(ctx, o, log, wake) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -91,8 +93,56 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 	}
 }
 
+// watchJobs follows the Pollux-tagged jobs with Nomad blocking queries.
+// A blocking list wakes on any job's change, so it diffs the set and
+// signals wake when a job appears, to schedule it without waiting a whole
+// interval.
+func watchJobs(ctx context.Context, cluster Cluster, log hclog.Logger, wake chan<- struct{}) {
+	var index uint64
+	known := map[JobRef]bool{}
+	backoff := time.Second
+	for ctx.Err() == nil {
+		refs, idx, err := cluster.ListJobs(ctx, index, 5*time.Minute)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("failed to watch jobs; retrying", "error", err, "backoff", backoff)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = time.Second
+		if idx < index {
+			idx = 0
+		}
+		index = idx
+		now := map[JobRef]bool{}
+		added := false
+		for _, r := range refs {
+			now[r] = true
+			if !known[r] {
+				log.Info("discovered pollux job", "job_id", r.String())
+				added = true
+			}
+		}
+		for r := range known {
+			if !now[r] {
+				log.Info("pollux job gone", "job_id", r.String())
+			}
+		}
+		known = now
+		if added {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // lead acquires leadership and runs rounds while holding it.
-func lead(ctx context.Context, o AgentOptions, log hclog.Logger) error {
+func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) error {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -124,7 +174,7 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger) error {
 			case <-leadCtx.Done():
 			}
 		}()
-		runRounds(leadCtx, o, log)
+		runRounds(leadCtx, o, log, wake)
 		cancel()
 		if o.Telemetry != nil {
 			o.Telemetry.SetLeader(false)
@@ -136,8 +186,9 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger) error {
 	return nil
 }
 
-// runRounds runs a round now and then every interval until ctx ends.
-func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger) {
+// runRounds runs a round now and then every interval (or when a new job
+// appears, but at most every few seconds) until ctx ends.
+func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) {
 	for ctx.Err() == nil {
 		st, err := o.Controller.Round(ctx, true)
 		if err != nil {
@@ -151,7 +202,14 @@ func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger) {
 				o.OnRound(st)
 			}
 		}
-		sleep(ctx, o.Controller.Config().Interval)
+		t := time.NewTimer(o.Controller.Config().Interval)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-wake:
+			sleep(ctx, 2*time.Second) // let a burst of submissions settle
+		}
+		t.Stop()
 	}
 }
 

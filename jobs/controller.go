@@ -268,9 +268,12 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to create policy: %w", err)
 	}
-	next, err := pol.Optimize(ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("failed to optimize: %w", err)
+	next := policy.Allocations{}
+	if len(in.Jobs) > 0 {
+		next, err = pol.Optimize(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("failed to optimize: %w", err)
+		}
 	}
 	lap("optimize", t0)
 
