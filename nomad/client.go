@@ -102,10 +102,7 @@ func (c *Client) query(ctx context.Context, ns string) *api.QueryOptions {
 // isNotFound reports whether err is Nomad's 404.
 func isNotFound(err error) bool {
 	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) && ue.HasStatusCode() {
-		return ue.StatusCode() == http.StatusNotFound
-	}
-	return err != nil && strings.Contains(err.Error(), "404")
+	return errors.As(err, &ue) && ue.HasStatusCode() && ue.StatusCode() == http.StatusNotFound
 }
 
 // isConflict reports whether err is the server's answer to a register whose

@@ -18,9 +18,9 @@
 #
 # Binaries: ${POLLUX_CACHE:-$HOME/.cache/pollux}/bin/{consul,nomad,plugins/example-fs-device}
 # (built by scripts/install-servers.sh). Ports: POLLUX_PORT_OFFSET (default
-# 10000) is added to the usual ones, so a developer's own agents on the
-# default ports do not clash: Consul HTTP 18500, Nomad HTTP 14646, clients
-# 15010, 15020, ...
+# 11000) is added to the usual ones, so a developer's own agents on the
+# default ports do not clash: Consul HTTP 19500, Nomad HTTP 15646, clients
+# 16010, 16020, ... (all below the clients' dynamic port range 20000-32000).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +28,7 @@ dir=${POLLUX_CLUSTER_DIR:-$repo/.cluster}
 bin=${POLLUX_CACHE:-$HOME/.cache/pollux}/bin
 clients=${NOMAD_CLIENTS:-2}
 gpus=${POLLUX_GPUS_PER_CLIENT:-4}
-off=${POLLUX_PORT_OFFSET:-10000}
+off=${POLLUX_PORT_OFFSET:-11000}
 ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
 device=nomad/file/mock
 
@@ -90,7 +90,7 @@ agents() {
 start() {
   local name=$1 cwd=$2
   shift 2
-  (cd "$cwd" && exec setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null) &
+  (cd "$cwd" && exec setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null 9>&-) &
   echo $! >"$dir/pids/$name.pid"
 }
 
@@ -108,28 +108,43 @@ descendants() {
     done
   done
   echo "${out[@]:-}"
+  return 0
 }
 
 # under_dir: PIDs of processes whose working directory or command line is
 # inside $dir (agents, nomad executor/logmon plugins, raw_exec tasks), other
-# than this script and its ancestors.
+# than this script, its ancestors and its session.
 under_dir() {
-  local keep=" $$ " p=$$ pid cwd
+  local keep=" $$ " p=$$ pid sid s
+  sid=$(ps -o sid= -p $$ | tr -d ' ')
   while [ "$p" -gt 1 ] 2>/dev/null; do
     p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1)
     keep+="$p "
   done
-  for pid in /proc/[0-9]*; do
-    pid=${pid#/proc/}
+  {
+    find /proc/[0-9]*/cwd -maxdepth 0 \( -lname "$dir" -o -lname "$dir/*" \) 2>/dev/null | cut -d/ -f3
+    grep -laF -- "$dir/" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3
+  } | sort -un | while read -r pid; do
     case "$keep" in *" $pid "*) continue ;; esac
-    cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null || true)
-    case "$cwd" in
-      "$dir" | "$dir"/*) echo "$pid"; continue ;;
-    esac
-    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then
-      echo "$pid"
-    fi
+    # Skip this script's own session (its pipelines, whose command lines
+    # name $dir); the agents and everything they start have their own.
+    s=$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ')
+    if [ -n "$s" ] && [ "$s" != "$sid" ]; then echo "$pid"; fi
   done
+  return 0
+}
+
+# in_sessions SID...: PIDs of the processes of these sessions. Every agent
+# is started as the leader of its own session (setsid), and the executors,
+# logmons, device plugins and tasks it starts stay in it, even when the agent
+# has died and they were re-parented.
+in_sessions() {
+  [ $# -gt 0 ] || return 0
+  local mysid
+  mysid=$(ps -o sid= -p $$ | tr -d ' ')
+  ps -e -o pid=,sid= | awk -v s=" $* " -v me=$$ -v mysid="$mysid" \
+    'index(s, " " $2 " ") && $1 != me && $2 != mysid {print $1}'
+  return 0
 }
 
 # stop_pids SIGNAL GRACE PID...: signal, wait up to GRACE seconds, then KILL.
@@ -302,7 +317,12 @@ do_status() {
 do_up() {
   if [ -d "$dir" ]; then
     if do_status >/dev/null 2>&1; then
-      log "already running ($dir); NOMAD_ADDR=$(nomad_addr) CONSUL_HTTP_ADDR=$(consul_addr)"
+      log "already running ($dir); NOMAD_ADDR=$(nomad_addr) CONSUL_HTTP_ADDR=127.0.0.1:$consul_http"
+      if [ -f "$dir/ephemeral" ]; then
+        # An explicit `up` keeps a cluster that with-cluster.sh started.
+        rm -f "$dir/ephemeral"
+        log "it stays up after the with-cluster.sh runs using it end"
+      fi
       return 0
     fi
     log "stale cluster state in $dir; cleaning it up first"
@@ -376,10 +396,13 @@ do_down() {
     done <<<"$jobs"
     if [ $n -gt 0 ]; then
       log "stopped and purged $n job(s); waiting for their allocations to stop"
-      local deadline=$((SECONDS + 30)) left
+      # Only clients still running can stop their allocations.
+      local live_clients=() deadline=$((SECONDS + 30)) left
+      for a in $(agents | grep '^client-'); do agent_alive "$a" && live_clients+=("$a"); done
       while :; do
         left=$(get "$(nomad_addr)/v1/allocations?namespace=*" 2>/dev/null |
-          jq '[.[] | select(.ClientStatus == "pending" or .ClientStatus == "running")] | length' || echo "?")
+          jq --arg live " ${live_clients[*]:-} " '[.[] | select((.ClientStatus == "pending" or .ClientStatus == "running")
+            and (.NodeName as $n | $live | contains(" " + $n + " ")))] | length' || echo "?")
         [ "$left" = 0 ] && break
         if [ $SECONDS -ge $deadline ]; then
           log "$left allocation(s) still running after 30s; their processes will be killed"
@@ -399,21 +422,30 @@ do_down() {
   [ ${#cl[@]} -eq 0 ] || { log "stopping nomad clients (${cl[*]})"; stop_pids INT 20 "${cl[@]}"; }
   if agent_alive nomad-server; then
     log "stopping nomad server ($(pid_of nomad-server))"
-    stop_pids INT 20 "$(pid_of nomad-server)"
+    stop_pids TERM 20 "$(pid_of nomad-server)"
   fi
   if agent_alive consul; then
     log "stopping consul ($(pid_of consul))"
-    stop_pids INT 20 "$(pid_of consul)"
+    stop_pids TERM 20 "$(pid_of consul)"
   fi
   # 3. Processes left behind: what the agents started, and anything whose
   #    working directory or command line is under $dir. Never by name.
-  local stray
-  stray=$( (
-    for pid in $left_over; do alive "$pid" && echo "$pid"; done
+  local stray sessions=()
+  for a in $(agents); do
+    pid=$(pid_of "$a")
+    [ -n "$pid" ] && sessions+=("$pid")
+  done
+  stray=$( {
+    for pid in $left_over; do if alive "$pid"; then echo "$pid"; fi; done
+    in_sessions "${sessions[@]:-}"
     under_dir
-  ) | sort -un)
+  } | sort -un) || true
+  # ... and whatever those started (a task that left its directory).
+  # shellcheck disable=SC2086
+  [ -z "$stray" ] || stray=$(echo $stray $(descendants $stray) | tr ' ' '\n' | sort -un)
   if [ -n "$stray" ]; then
     log "ending leftover processes: $(echo $stray)"
+    for pid in $stray; do ps -o pid=,sid=,args= -p "$pid" >&2 || true; done
     # shellcheck disable=SC2086
     stop_pids TERM 5 $stray
   fi
@@ -424,8 +456,17 @@ do_down() {
   done
   # 5. Remove the state and check that nothing is left.
   rm -rf "$dir" || die "could not remove $dir"
-  stray=$(under_dir)
-  [ -z "$stray" ] || die "processes still running under $dir: $(echo $stray)"
+  stray=$( {
+    in_sessions "${sessions[@]:-}"
+    under_dir
+  } | sort -un) || true
+  # ... and whatever those started (a task that left its directory).
+  # shellcheck disable=SC2086
+  [ -z "$stray" ] || stray=$(echo $stray $(descendants $stray) | tr ' ' '\n' | sort -un)
+  if [ -n "$stray" ]; then
+    for pid in $stray; do ps -o pid=,sid=,args= -p "$pid" >&2 || true; done
+    die "processes still running under $dir: $(echo $stray)"
+  fi
   log "down"
 }
 

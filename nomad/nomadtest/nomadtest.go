@@ -105,7 +105,6 @@ func Job(id string, gpus int, tagged bool) *api.Job {
 	g := api.NewTaskGroup("train", 1).AddTask(task)
 	g.RestartPolicy = &api.RestartPolicy{Attempts: new(0), Mode: new("fail")}
 	g.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)}
-	g.EphemeralDisk = &api.EphemeralDisk{SizeMB: new(10)}
 	return job.AddTaskGroup(g)
 }
 
