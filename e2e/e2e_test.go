@@ -215,8 +215,8 @@ func TestBadJobsAreSkipped(t *testing.T) {
 		t.Errorf("garbage metrics job: %+v, want scheduled on defaults with the metrics error shown", gb)
 	}
 	gd := jobStatus(t, st, good)
-	if !gd.Applied || gd.Error != "" {
-		t.Errorf("good job: %+v, want applied", gd)
+	if !gd.Applied || gd.Error != "" || gd.Decision == nil {
+		t.Fatalf("good job: %+v, want applied", gd)
 	}
 	e.waitRunning(good, parsePlacement(t, gd.Decision.Placement))
 	after, _, err := e.nomad.Jobs().Info(badMeta, nil)
@@ -281,5 +281,41 @@ func TestRestartResumesFromState(t *testing.T) {
 	}
 	if *after.JobModifyIndex != *before.JobModifyIndex {
 		t.Errorf("job re-registered: JobModifyIndex %d -> %d", *before.JobModifyIndex, *after.JobModifyIndex)
+	}
+}
+
+// TestRoundLatency measures one full round (snapshot, fit, optimise,
+// apply, publish) against the real servers with 10 and 50 tagged jobs.
+// It asserts that every job is served; the durations are logged for the
+// README, never asserted.
+func TestRoundLatency(t *testing.T) {
+	for _, n := range []int{10, 50} {
+		t.Run(strconv.Itoa(n)+" jobs", func(t *testing.T) {
+			e := newEnv(t)
+			doc := e.profileDoc("cifar10", []int{1}, []int{2})
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = e.registerJob("lat", nil)
+				e.putMetrics(ids[i], doc)
+			}
+			c := e.controller("latency", nil)
+			for round := 1; round <= 3; round++ {
+				t0 := time.Now()
+				st, err := c.Round(context.Background(), true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				served := 0
+				for _, id := range ids {
+					if js := jobStatus(t, st, id); js.State == jobs.StateScheduled && js.Error == "" {
+						served++
+					}
+				}
+				if served != n {
+					t.Errorf("round %d: %d of %d jobs scheduled without error", round, served, n)
+				}
+				t.Logf("%d jobs, round %d: %s wall (phases ms: %v)", n, round, time.Since(t0).Round(time.Millisecond), st.Timings)
+			}
+		})
 	}
 }

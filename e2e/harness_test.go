@@ -162,7 +162,7 @@ func (e *env) registerJob(name string, meta map[string]string) string {
 	tg := nomadapi.NewTaskGroup("workers", 1).AddTask(task)
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
-	tg.EphemeralDisk = &nomadapi.EphemeralDisk{SizeMB: ptr(10)}
+	tg.EphemeralDisk = &nomadapi.EphemeralDisk{SizeMB: ptr(150)}
 	job.AddTaskGroup(tg)
 	if _, _, err := e.nomad.Jobs().Register(job, nil); err != nil {
 		e.t.Fatalf("register %s: %v", id, err)

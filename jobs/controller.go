@@ -208,6 +208,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	}
 	var entries []*entry
 	var stats []*JobStatus
+	held := map[string]int{}
 	for _, ref := range refs {
 		st := &JobStatus{Job: ref.String()}
 		stats = append(stats, st)
@@ -219,16 +220,28 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 			continue
 		}
 		if job.Stopped || job.Status == "dead" {
+			for _, r := range job.Running {
+				held[r.Node] += r.GPUs
+			}
 			st.State = StateStopped
 			continue
 		}
+		// A tagged job the controller will not schedule keeps whatever GPUs
+		// Nomad gave it: they are not the policy's to hand out.
+		holdGPUs := func() {
+			for _, r := range job.Running {
+				held[r.Node] += r.GPUs
+			}
+		}
 		if job.Problem != "" {
+			holdGPUs()
 			st.State, st.Error = StateInvalid, job.Problem
 			c.log.Warn("job skipped: cannot manage its spec", "job_id", ref.String(), "reason", job.Problem)
 			continue
 		}
 		spec, err := ParseSpec(job.Meta)
 		if err != nil {
+			holdGPUs()
 			st.State, st.Error = StateInvalid, err.Error()
 			c.log.Warn("job skipped: invalid pollux meta", "job_id", ref.String(), "error", err)
 			continue
@@ -259,7 +272,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 
 	// 3. Optimise.
 	t0 = c.now()
-	in := c.input(cfg, start, entries, nodes)
+	in := c.input(cfg, start, entries, nodes, held)
 	for _, n := range in.Nodes {
 		status.GPUs += n.GPUs
 	}
@@ -380,12 +393,12 @@ func (c *Controller) saveState(ctx context.Context, ref JobRef, s *State) {
 }
 
 // input builds the policy's view of the cluster.
-func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []Node) policy.Input {
+func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []Node, held map[string]int) policy.Input {
 	in := policy.Input{Now: float64(now.Unix()), Current: policy.Allocations{}}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	total := 0
 	for _, n := range nodes {
-		free := max(n.GPUs-n.UsedByOthers, 0)
+		free := max(n.GPUs-n.UsedByOthers-held[n.ID], 0)
 		in.Nodes = append(in.Nodes, policy.Node{ID: n.ID, GPUs: free})
 		total += free
 	}

@@ -53,7 +53,7 @@ type Job struct {
 	// job the controller has not shaped yet or scaled to zero.
 	Placement []NodeGPUs
 	// Running is what Nomad actually placed: the GPUs held by the job's
-	// running allocations, per node, in rank order.
+	// pending or running allocations, per node, in rank order.
 	Running []NodeGPUs
 	// Problem, if not empty, says why the job's spec cannot be managed
 	// (no worker group, several groups and no pollux_group, no device

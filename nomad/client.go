@@ -229,11 +229,12 @@ func (c *Client) submitTime(ctx context.Context, ref jobs.JobRef, job *api.Job) 
 // allocIndex matches the "[index]" suffix of an allocation name.
 var allocIndex = regexp.MustCompile(`\[(\d+)\]$`)
 
-// running returns the GPUs held by the job's running allocations, per node,
+// running returns the GPUs held by the job's placed allocations (pending or
+// running, desired to run: a pending allocation already holds its devices), per node,
 // nodes ordered by their group's rank (then allocation index, then ID).
 func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job) ([]jobs.NodeGPUs, error) {
 	q := c.query(ctx, ref.Namespace)
-	q.Filter = fmt.Sprintf(`JobID == %s and ClientStatus == "running" and DesiredStatus == "run"`, strconv.Quote(ref.ID))
+	q.Filter = fmt.Sprintf(`JobID == %s and (ClientStatus == "running" or ClientStatus == "pending") and DesiredStatus == "run"`, strconv.Quote(ref.ID))
 	q.Params = map[string]string{"resources": "true"}
 	allocs, _, err := c.api.Allocations().List(q)
 	if err != nil {
@@ -250,7 +251,8 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job) ([]
 	gpus := map[string]int{}
 	order := map[string]key{}
 	for _, a := range allocs {
-		if a.JobID != ref.ID || a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun {
+		placed := a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending
+		if a.JobID != ref.ID || !placed || a.DesiredStatus != api.AllocDesiredStatusRun {
 			continue
 		}
 		n, err := c.allocDevices(ctx, a)

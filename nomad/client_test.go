@@ -3,7 +3,9 @@ package nomad_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -67,7 +69,18 @@ func waitRunning(t *testing.T, c *nomad.Client, r jobs.JobRef, want []jobs.NodeG
 			return false, "", err
 		}
 		d := cmp.Diff(want, j.Running)
-		return d == "", "running (-want +got):\n" + d, nil
+		if d != "" {
+			return false, "placed (-want +got):\n" + d, nil
+		}
+		// Running counts pending allocations too (they hold their devices);
+		// wait until the allocations really run.
+		running := nomadtest.Devices(t, nomadtest.Client(t), r.Namespace, r.ID, os.Getenv("POLLUX_DEVICE"))
+		for _, w := range want {
+			if len(running[w.Node]) != w.GPUs {
+				return false, fmt.Sprintf("node %s runs %d devices, want %d", w.Node, len(running[w.Node]), w.GPUs), nil
+			}
+		}
+		return true, "", nil
 	})
 	return j
 }
