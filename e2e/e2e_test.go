@@ -240,7 +240,6 @@ func TestBadJobsAreSkipped(t *testing.T) {
 	}
 }
 
-
 // TestRestartResumesFromState (issue 3, test 6): a new controller (a
 // restart or a new leader) resumes from the state in Consul: no refit of
 // unchanged metrics, and no job whose allocation is unchanged is touched.
