@@ -469,6 +469,19 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		return
 	}
 	e.st.Applied = true
+	if placer, ok := c.cluster.(Placer); ok {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		placed, reason, perr := placer.Placed(pctx, ref, idx)
+		cancel()
+		switch {
+		case perr != nil:
+			log.Warn("could not check the placement", "error", perr)
+		case !placed:
+			e.st.Error = "not placed: " + reason
+			c.metrics.incError("unplaced")
+			log.Warn("nomad could not place the new allocation; the next round decides again", "reason", reason)
+		}
+	}
 	if len(e.state.Allocation) > 0 {
 		e.state.Restarts++
 	}

@@ -132,3 +132,11 @@ type Leadership interface {
 	// Release gives the lock up (on shutdown).
 	Release(ctx context.Context) error
 }
+
+// Placer is optionally implemented by a Cluster that can tell whether the
+// scheduler placed everything an Apply asked for. nomad.Client implements
+// it: a blocked evaluation or queued allocations mean the reallocation
+// failed (for example, GPUs held by a job outside Pollux's view).
+type Placer interface {
+	Placed(ctx context.Context, ref JobRef, sinceIndex uint64) (ok bool, reason string, err error)
+}

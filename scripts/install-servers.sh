@@ -35,7 +35,10 @@ fetch() {
 export GOFLAGS=-mod=mod
 export CGO_ENABLED=${CGO_ENABLED:-1}
 
-if [ ! -x "$bin/consul" ] || ! "$bin/consul" version 2>/dev/null | grep -q "${CONSUL_VERSION}"; then
+# version BIN: the binary's version line (no pipes that could SIGPIPE under pipefail).
+version() { local out; out=$("$1" version 2>/dev/null) || true; printf '%s\n' "${out%%$'\n'*}"; }
+
+if [ ! -x "$bin/consul" ] || [[ "$(version "$bin/consul")" != *"${CONSUL_VERSION}"* ]]; then
   log "building consul $CONSUL_VERSION (about 12 minutes on 2 cores)"
   src=$(fetch github.com/hashicorp/consul "$CONSUL_VERSION")
   # Drop the replace block of local sub-modules (not in the module archive).
@@ -43,7 +46,7 @@ if [ ! -x "$bin/consul" ] || ! "$bin/consul" version 2>/dev/null | grep -q "${CO
   (cd "$src" && go build -o "$bin/consul.tmp" . && mv "$bin/consul.tmp" "$bin/consul")
 fi
 
-if [ ! -x "$bin/nomad" ] || ! "$bin/nomad" version 2>/dev/null | grep -q "${NOMAD_VERSION#v}"; then
+if [ ! -x "$bin/nomad" ] || [[ "$(version "$bin/nomad")" != *"${NOMAD_VERSION#v}"* ]]; then
   log "building nomad $NOMAD_VERSION (about 7 minutes on 2 cores)"
   src=$(fetch github.com/hashicorp/nomad "$NOMAD_VERSION")
   sed -i "s#github.com/hashicorp/nomad/api => ./api#github.com/hashicorp/nomad/api => github.com/hashicorp/nomad/api $NOMAD_API#" "$src/go.mod"
@@ -57,6 +60,6 @@ if [ ! -x "$bin/plugins/example-fs-device" ]; then
      && mv "$bin/plugins/example-fs-device.tmp" "$bin/plugins/example-fs-device")
 fi
 
-"$bin/consul" version | head -1 >&2
-"$bin/nomad" version | head -1 >&2
+version "$bin/consul" >&2
+version "$bin/nomad" >&2
 echo "$bin"
