@@ -82,7 +82,7 @@ func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, err
 	if err != nil {
 		return nil, fmt.Errorf("failed to create consul client (check CONSUL_HTTP_ADDR and the CONSUL_* TLS variables): %w", err)
 	}
-	cluster, err := nomad.New(nc, nomad.Config{Device: cfg.Device, Logger: log})
+	cluster, err := nomad.New(nc, nomad.Config{Device: cfg.Device, NodePool: cfg.NodePool, Logger: log})
 	if err != nil {
 		return nil, err
 	}
