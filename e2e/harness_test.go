@@ -36,6 +36,13 @@ type env struct {
 	jobs    []string
 }
 
+var (
+	clientsOnce  sync.Once
+	sharedNomad  *nomadapi.Client
+	sharedConsul *consulapi.Client
+	clientsErr   error
+)
+
 // newEnv connects to the cluster that scripts/with-cluster.sh (make test)
 // started. There is no fallback: without a cluster the test fails.
 func newEnv(t *testing.T) *env {
@@ -45,14 +52,19 @@ func newEnv(t *testing.T) *env {
 			t.Fatalf("%s is not set: run the end-to-end tests through scripts/with-cluster.sh (make test) so that a real Nomad and Consul cluster is up", v)
 		}
 	}
-	nc, err := nomadapi.NewClient(nomadapi.DefaultConfig())
-	if err != nil {
-		t.Fatalf("nomad client: %v", err)
+	// One pair of API clients per test process, so connections are reused
+	// (Nomad refuses a client with more than 100 open connections).
+	clientsOnce.Do(func() {
+		sharedNomad, clientsErr = nomadapi.NewClient(nomadapi.DefaultConfig())
+		if clientsErr == nil {
+			sharedConsul, clientsErr = consulapi.NewClient(consulapi.DefaultConfig())
+		}
+	})
+	if clientsErr != nil {
+		t.Fatalf("api clients: %v", clientsErr)
 	}
-	cc, err := consulapi.NewClient(consulapi.DefaultConfig())
-	if err != nil {
-		t.Fatalf("consul client: %v", err)
-	}
+	nc, cc := sharedNomad, sharedConsul
+	var err error
 	e := &env{
 		t: t, nomad: nc, consul: cc, device: os.Getenv("POLLUX_DEVICE"),
 		prefix: fmt.Sprintf("pollux-e2e/%s-%d/", strings.ReplaceAll(t.Name(), "/", "-"), rand.Uint32()),

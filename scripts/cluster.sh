@@ -244,6 +244,11 @@ server {
   enabled          = true
   bootstrap_expect = 1
 }
+# Every test process and agent talks from 127.0.0.1: allow more than the
+# default 100 connections per client address.
+limits {
+  http_max_conns_per_client = 1000
+}
 consul {
   address          = "127.0.0.1:$consul_http"
   server_auto_join = false

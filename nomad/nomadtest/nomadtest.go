@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,12 @@ import (
 // DefaultDevice is the fake GPU of the local cluster.
 const DefaultDevice = "nomad/file/mock"
 
+var (
+	sharedOnce sync.Once
+	shared     *api.Client
+	sharedErr  error
+)
+
 // Client returns an API client for the cluster in NOMAD_ADDR. It fails the
 // test (never skips it) when NOMAD_ADDR is unset or the server has no
 // leader.
@@ -27,10 +34,13 @@ func Client(t testing.TB) *api.Client {
 	if os.Getenv("NOMAD_ADDR") == "" {
 		t.Fatalf("no cluster: run the tests through scripts/with-cluster.sh or make test (NOMAD_ADDR is unset)")
 	}
-	c, err := api.NewClient(api.DefaultConfig())
-	if err != nil {
-		t.Fatalf("failed to create nomad client for %s: %v", os.Getenv("NOMAD_ADDR"), err)
+	// One client (and so one connection pool) per test process: Nomad
+	// answers 429 to a client with more than 100 open connections.
+	sharedOnce.Do(func() { shared, sharedErr = api.NewClient(api.DefaultConfig()) })
+	if sharedErr != nil {
+		t.Fatalf("failed to create nomad client for %s: %v", os.Getenv("NOMAD_ADDR"), sharedErr)
 	}
+	c := shared
 	leader, err := c.Status().Leader()
 	if err != nil || leader == "" {
 		t.Fatalf("no cluster: nomad at %s does not answer (leader %q, error %v); run through scripts/with-cluster.sh or make test",
