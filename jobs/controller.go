@@ -296,6 +296,10 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	for i, n := range in.Nodes {
 		order[n.ID] = i
 	}
+	// Apply shrinking jobs first: they free GPUs the growing ones need
+	// (Nomad retries a blocked placement by itself, but later).
+	growth := func(e *entry) int { return len(next[e.job.JobRef.String()]) - len(AllocOf(e.job.Placement)) }
+	sort.SliceStable(entries, func(i, j int) bool { return growth(entries[i]) < growth(entries[j]) })
 	for _, e := range entries {
 		c.settle(ctx, cfg, apply, e, next[e.job.JobRef.String()], status)
 	}
@@ -445,6 +449,7 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
 	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
 	if SamePlacement(want, e.job.Placement) {
+		c.checkPlaced(ctx, e)
 		c.publish(ctx, ref, d)
 		return
 	}
@@ -469,19 +474,6 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		return
 	}
 	e.st.Applied = true
-	if placer, ok := c.cluster.(Placer); ok {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		placed, reason, perr := placer.Placed(pctx, ref, idx)
-		cancel()
-		switch {
-		case perr != nil:
-			log.Warn("could not check the placement", "error", perr)
-		case !placed:
-			e.st.Error = "not placed: " + reason
-			c.metrics.incError("unplaced")
-			log.Warn("nomad could not place the new allocation; the next round decides again", "reason", reason)
-		}
-	}
 	if len(e.state.Allocation) > 0 {
 		e.state.Restarts++
 	}
@@ -492,6 +484,49 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	c.publish(ctx, ref, d)
 	log.Info("reallocated", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize,
 		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
+}
+
+// checkPlaced reports a job whose spec asks for a placement that Nomad has
+// not run since an earlier round. Right after an apply a blocked
+// evaluation is normal (another job in the same round still holds the
+// GPUs and Nomad retries when they free up), so it is only reported from
+// the next round on, with Nomad's reason when the cluster can tell.
+func (c *Controller) checkPlaced(ctx context.Context, e *entry) {
+	if len(e.job.Placement) == 0 || samePerNode(e.job.Placement, e.job.Running) {
+		return
+	}
+	reason := "nomad runs " + FormatPlacement(e.job.Running) + ", spec asks for " + FormatPlacement(e.job.Placement)
+	if placer, ok := c.cluster.(Placer); ok {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		placed, why, err := placer.Placed(pctx, e.job.JobRef, e.job.JobModifyIndex)
+		cancel()
+		if err == nil && placed {
+			return // placed, allocations still starting
+		}
+		if why != "" {
+			reason = why
+		}
+	}
+	e.st.Error = "not placed: " + reason
+	c.metrics.incError("unplaced")
+	c.log.Warn("nomad has not placed the job as decided", "job_id", e.job.JobRef.String(), "reason", reason)
+}
+
+// samePerNode compares placements as GPUs per node, ignoring rank order.
+func samePerNode(a, b []NodeGPUs) bool {
+	m := map[string]int{}
+	for _, n := range a {
+		m[n.Node] += n.GPUs
+	}
+	for _, n := range b {
+		m[n.Node] -= n.GPUs
+	}
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // publish writes the decision key so workers can adopt it without a
