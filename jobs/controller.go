@@ -480,20 +480,28 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	e.state.Allocation = alloc
 	e.state.Decision = &d
 	e.state.AppliedIndex = idx
+	e.state.AppliedAt = c.now()
 	c.saveState(ctx, ref, e.state)
 	c.publish(ctx, ref, d)
 	log.Info("reallocated", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize,
 		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
 }
 
+// placementGrace is how long after an apply a job may still wait for
+// Nomad to place it before the controller reports it.
+const placementGrace = 30 * time.Second
+
 // checkPlaced reports a job whose spec asks for a placement that Nomad has
-// not run since an earlier round. Right after an apply a blocked
-// evaluation is normal (another job in the same round still holds the
-// GPUs and Nomad retries when they free up), so it is only reported from
-// the next round on, with Nomad's reason when the cluster can tell.
+// not run. Right after an apply a blocked evaluation is normal (another
+// job of the same round still holds the GPUs, and Nomad retries when they
+// free up), so it is only reported placementGrace after the apply, with
+// Nomad's reason when the cluster can tell.
 func (c *Controller) checkPlaced(ctx context.Context, e *entry) {
 	if len(e.job.Placement) == 0 || samePerNode(e.job.Placement, e.job.Running) {
 		return
+	}
+	if c.now().Sub(e.state.AppliedAt) < placementGrace {
+		return // Nomad is still moving allocations around
 	}
 	reason := "nomad runs " + FormatPlacement(e.job.Running) + ", spec asks for " + FormatPlacement(e.job.Placement)
 	if placer, ok := c.cluster.(Placer); ok {

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/pollux-nomad/pollux/model"
 )
@@ -32,6 +33,8 @@ type State struct {
 	// AppliedIndex is the JobModifyIndex the controller's last write
 	// produced; any other index means someone else changed the job.
 	AppliedIndex uint64 `json:"applied_index"`
+	// AppliedAt is when that write happened.
+	AppliedAt time.Time `json:"applied_at"`
 	// Restarts counts reallocations after the first; AttainedService is
 	// GPU-seconds held.
 	Restarts        int     `json:"restarts"`

@@ -1,0 +1,138 @@
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pollux-nomad/pollux/jobs"
+)
+
+// Decision is the controller's choice for the job (contracts.md §2, the
+// decision key): batch size, micro-batch, accumulation steps and learning
+// rate for the job's current allocation, which a worker adopts without a
+// restart, and the allocation itself.
+type Decision = jobs.Decision
+
+// Allocation is the allocation a worker was started with: the
+// controller's meta keys (contracts.md §1), the same fields as a Decision.
+type Allocation = jobs.Decision
+
+// Allocation reads the allocation the worker was started with from the
+// environment Nomad sets from the job's meta: NOMAD_META_pollux_batch_size,
+// _local_bsz, _accum_steps, _lr, _num_replicas, _num_nodes, _placement and
+// _round. A missing key leaves its field at the zero value (a job the
+// controller has not allocated yet has none); a malformed one is an error
+// naming the variable, and all of them are reported at once.
+func (r *Reporter) Allocation() (Allocation, error) {
+	var a Allocation
+	var errs []error
+	count := func(key string, dst *int) {
+		name := "NOMAD_META_" + key
+		raw, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil || v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be a non-negative integer, got %q", name, raw))
+			return
+		}
+		*dst = v
+	}
+	count(jobs.MetaBatchSize, &a.BatchSize)
+	count(jobs.MetaLocalBsz, &a.LocalBsz)
+	count(jobs.MetaAccumSteps, &a.AccumSteps)
+	count(jobs.MetaNumReplicas, &a.NumReplicas)
+	count(jobs.MetaNumNodes, &a.NumNodes)
+	if raw, ok := os.LookupEnv("NOMAD_META_" + jobs.MetaLR); ok {
+		v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			errs = append(errs, fmt.Errorf("NOMAD_META_%s: must be a finite non-negative number, got %q", jobs.MetaLR, raw))
+		} else {
+			a.LR = v
+		}
+	}
+	a.Placement = strings.TrimSpace(os.Getenv("NOMAD_META_" + jobs.MetaPlacement))
+	if raw, ok := os.LookupEnv("NOMAD_META_" + jobs.MetaRound); ok {
+		v, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+		if err != nil || v < 0 {
+			errs = append(errs, fmt.Errorf("NOMAD_META_%s: must be a non-negative integer, got %q", jobs.MetaRound, raw))
+		} else {
+			a.Round = v
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Allocation{}, fmt.Errorf("failed to read allocation: %w", err)
+	}
+	return a, nil
+}
+
+// Decisions follows the job's decision key, <prefix>jobs/<ns>/<id>/decision,
+// with Consul blocking queries, and delivers every decision that differs
+// from the one delivered before, starting with the current one if there
+// is one. The channel holds at most one decision: if the receiver falls
+// behind, an undelivered decision is replaced by the newer one. A value
+// that is not a decision is logged and skipped; while Consul cannot be
+// reached it retries with backoff (up to 10s). The channel is closed when
+// ctx is done. Every rank may call it.
+func (r *Reporter) Decisions(ctx context.Context) <-chan Decision {
+	ch := make(chan Decision, 1)
+	go func() {
+		defer close(ch)
+		var index uint64
+		var last *Decision
+		var bad []byte
+		backoff := 100 * time.Millisecond
+		for {
+			value, next, err := r.watch.Watch(ctx, r.dkey, index, r.cfg.DecisionWait)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				r.log.Warn("failed to read decision, will retry", "retry_in", backoff, "error", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 10*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			index = next
+			if value == nil || string(value) == string(bad) {
+				continue
+			}
+			var d Decision
+			if err := json.Unmarshal(value, &d); err != nil {
+				r.log.Warn("ignoring invalid decision", "error", err)
+				bad = value
+				continue
+			}
+			bad = nil
+			if last != nil && *last == d {
+				continue
+			}
+			last = &d
+			// Replace an undelivered decision by the newer one. Only this
+			// goroutine sends, so the second send cannot block.
+			select {
+			case ch <- d:
+			default:
+				select {
+				case <-ch:
+				default:
+				}
+				ch <- d
+			}
+		}
+	}()
+	return ch
+}
