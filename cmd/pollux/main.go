@@ -34,6 +34,7 @@ Commands:
   agent      run the controller against Nomad and Consul
   status     print the controller's last round (from Consul KV)
   plan       show what the next round would do, changing nothing
+  emulate    run an emulated training job (a Nomad task of a Pollux job)
 
 Run 'pollux <command> -h' for the flags of a command.
 `
@@ -70,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFit(args[1:], stdout, stderr)
 	case "agent":
 		return runAgent(ctx, args[1:], stdout, stderr)
+	case "emulate":
+		return runEmulate(ctx, args[1:], stdout, stderr)
 	case "plan":
 		return runPlan(ctx, args[1:], stdout, stderr)
 	case "status":

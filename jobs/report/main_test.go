@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -196,7 +195,7 @@ func startAgent(t *testing.T, persistent bool) *agent {
 		addr: "127.0.0.1:" + strconv.Itoa(http)}
 	a.args = []string{"agent", "-bind", "127.0.0.1", "-client", "127.0.0.1",
 		"-hcl", "disable_update_check = true", "-log-level", "warn",
-		"-http-port", strconv.Itoa(http), "-dns-port", "-1", "-grpc-port", "-1",
+		"-http-port", strconv.Itoa(http), "-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
 		"-serf-lan-port", strconv.Itoa(lan), "-serf-wan-port", strconv.Itoa(wan),
 		"-server-port", strconv.Itoa(server), "-data-dir", filepath.Join(a.dir, "data")}
 	if persistent {
@@ -300,5 +299,3 @@ func near(got, want, tol float64) bool {
 	}
 	return d <= tol*max(1, want, -want)
 }
-
-var _ = fmt.Sprintf
