@@ -154,6 +154,14 @@ class FormatTest(unittest.TestCase):
         self.assertEqual(math.copysign(1, d.progress), 1.0)
 
 
+class ExampleTest(unittest.TestCase):
+    def test_example_compiles(self):
+        # Compiled, not imported: PyTorch is not needed to run the tests.
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_train.py")
+        with open(path) as f:
+            compile(f.read(), path, "exec")
+
+
 class AllocationTest(unittest.TestCase):
     def test_allocation(self):
         full = {
@@ -507,7 +515,8 @@ class Agent:
                      "-http-port", str(http), "-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
                      "-serf-lan-port", str(free_port()), "-serf-wan-port", str(free_port()),
                      "-server-port", str(free_port()), "-data-dir", os.path.join(self.dir, "data")]
-        self.args += ["-server", "-bootstrap-expect", "1", "-node", "pollux-report-test"] if persistent else ["-dev"]
+        self.args += ["-server", "-bootstrap-expect", "1", "-node", "pollux-report-test",
+                      "-hcl", "performance { raft_multiplier = 1 }"] if persistent else ["-dev"]
         self.proc = None
 
     def start(self):

@@ -146,7 +146,7 @@ func TestDecisions(t *testing.T) {
 	putDecision(d1)
 	expect(d1, ch, written)
 
-	putDecision(d1)           // unchanged: not delivered again
+	putDecision(d1)          // unchanged: not delivered again
 	put([]byte("{not json")) // invalid: skipped
 	select {
 	case got := <-ch:

@@ -9,7 +9,7 @@
 //	decisions := r.Decisions(ctx)       // later decisions, from Consul KV
 //	for step := 0; ; step++ {
 //		... train one optimizer step ...
-//		r.Observe(report.Config{...}, computeTime, stepTime, syncTime)
+//		r.Observe(report.StepConfig{...}, computeTime, stepTime, syncTime)
 //		r.ObserveGradients(gradSqr, gradVar)
 //		r.Progress(progress, batchSize)
 //		select {

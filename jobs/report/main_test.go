@@ -199,7 +199,8 @@ func startAgent(t *testing.T, persistent bool) *agent {
 		"-serf-lan-port", strconv.Itoa(lan), "-serf-wan-port", strconv.Itoa(wan),
 		"-server-port", strconv.Itoa(server), "-data-dir", filepath.Join(a.dir, "data")}
 	if persistent {
-		a.args = append(a.args, "-server", "-bootstrap-expect", "1", "-node", "pollux-report-test")
+		a.args = append(a.args, "-server", "-bootstrap-expect", "1", "-node", "pollux-report-test",
+			"-hcl", "performance { raft_multiplier = 1 }")
 	} else {
 		a.args = append(a.args, "-dev")
 	}

@@ -36,9 +36,16 @@ const (
 // Environment variables that Nomad sets for a task and that Config's
 // defaults read.
 const (
-	EnvNamespace     = "NOMAD_NAMESPACE"
-	EnvJobID         = "NOMAD_JOB_ID"
-	EnvRank          = "NOMAD_META_pollux_rank"
+	// EnvNamespace is the job's namespace, the default of
+	// Config.Namespace.
+	EnvNamespace = "NOMAD_NAMESPACE"
+	// EnvJobID is the job's ID, the default of Config.JobID.
+	EnvJobID = "NOMAD_JOB_ID"
+	// EnvRank is the task group's rank, which the Nomad adapter puts in
+	// each group's meta: the default of Config.Rank.
+	EnvRank = "NOMAD_META_pollux_rank"
+	// EnvInitBatchSize is the job's initial batch size M0, the default of
+	// Config.InitBatchSize.
 	EnvInitBatchSize = "NOMAD_META_" + jobs.MetaInitBatchSize
 )
 

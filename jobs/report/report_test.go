@@ -431,4 +431,3 @@ func TestCloseWaitsForContext(t *testing.T) {
 	}
 	readDoc(t, raw, r.Key())
 }
-
