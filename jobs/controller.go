@@ -209,10 +209,11 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	var entries []*entry
 	var stats []*JobStatus
 	held := map[string]int{}
-	for _, ref := range refs {
+	read, readErrs := c.readJobs(ctx, refs)
+	for i, ref := range refs {
 		st := &JobStatus{Job: ref.String()}
 		stats = append(stats, st)
-		job, err := c.cluster.ReadJob(ctx, ref)
+		job, err := read[i], readErrs[i]
 		if err != nil {
 			st.State, st.Error = StateError, err.Error()
 			c.log.Warn("failed to read job", "job_id", ref.String(), "error", err)
@@ -317,6 +318,29 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 		}
 	}
 	return status, nil
+}
+
+// readConcurrency bounds the parallel job reads of a round's snapshot.
+const readConcurrency = 8
+
+// readJobs reads the jobs concurrently (each read is a few HTTP calls, so
+// a round with many jobs is bound by latency, not by CPU), keeping order.
+func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []error) {
+	out := make([]Job, len(refs))
+	errs := make([]error, len(refs))
+	sem := make(chan struct{}, readConcurrency)
+	var wg sync.WaitGroup
+	for i, ref := range refs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], errs[i] = c.cluster.ReadJob(ctx, ref)
+		}()
+	}
+	wg.Wait()
+	return out, errs
 }
 
 // loadState returns the job's state from memory, else from Consul, else
