@@ -267,7 +267,7 @@ func (e *env) waitRunning(id string, want []jobs.NodeGPUs) []jobs.NodeGPUs {
 	var last []jobs.NodeGPUs
 	for {
 		got, err := e.devicesPerNode(ctx, id)
-		if err == nil && samePerNode(got, want) {
+		if err == nil && jobs.SamePerNode(got, want) {
 			return got
 		}
 		last = got
@@ -309,23 +309,6 @@ func (e *env) devicesPerNode(ctx context.Context, id string) ([]jobs.NodeGPUs, e
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out, nil
-}
-
-// samePerNode compares placements as per-node counts, ignoring rank order.
-func samePerNode(a, b []jobs.NodeGPUs) bool {
-	m := map[string]int{}
-	for _, n := range a {
-		m[n.Node] += n.GPUs
-	}
-	for _, n := range b {
-		m[n.Node] -= n.GPUs
-	}
-	for _, v := range m {
-		if v != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // jobStatus finds a job's line in a round's status.

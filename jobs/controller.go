@@ -521,7 +521,7 @@ const placementGrace = 30 * time.Second
 // free up), so it is only reported placementGrace after the apply, with
 // Nomad's reason when the cluster can tell.
 func (c *Controller) checkPlaced(ctx context.Context, e *entry) {
-	if len(e.job.Placement) == 0 || samePerNode(e.job.Placement, e.job.Running) {
+	if len(e.job.Placement) == 0 || SamePerNode(e.job.Placement, e.job.Running) {
 		return
 	}
 	if c.now().Sub(e.state.AppliedAt) < placementGrace {
@@ -544,8 +544,8 @@ func (c *Controller) checkPlaced(ctx context.Context, e *entry) {
 	c.log.Warn("nomad has not placed the job as decided", "job_id", e.job.JobRef.String(), "reason", reason)
 }
 
-// samePerNode compares placements as GPUs per node, ignoring rank order.
-func samePerNode(a, b []NodeGPUs) bool {
+// SamePerNode compares placements as GPUs per node, ignoring rank order.
+func SamePerNode(a, b []NodeGPUs) bool {
 	m := map[string]int{}
 	for _, n := range a {
 		m[n.Node] += n.GPUs

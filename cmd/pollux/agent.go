@@ -99,11 +99,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	var f agentFlags
 	f.register(fs, true)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageErr("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	s, err := newSetup(ctx, &f, stderr)
 	if err != nil {
@@ -151,11 +148,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var f agentFlags
 	f.register(fs, false)
 	asJSON := fs.Bool("json", false, "print the round as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageErr("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	s, err := newSetup(ctx, &f, stderr)
 	if err != nil {
@@ -188,11 +182,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var f agentFlags
 	f.register(fs, false)
 	asJSON := fs.Bool("json", false, "print the raw status JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageErr("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	s, err := newSetup(ctx, &f, stderr)
 	if err != nil {

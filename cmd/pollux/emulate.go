@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"os"
@@ -28,11 +27,8 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		prefix   = fs.String("kv-prefix", "pollux/", "Consul KV prefix")
 		interval = fs.Duration("report-interval", 2*time.Second, "least time between two metrics writes")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageErr("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	applications, err := sim.LoadApplications(*profiles)
 	if err != nil {

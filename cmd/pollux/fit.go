@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,11 +49,8 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 		maxGPUs  = fs.Int("max-gpus", 16, "predict for 1 ... max-gpus GPUs")
 		perNode  = fs.Int("gpus-per-node", 4, "GPUs per node when packing predictions onto nodes")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageErr("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *path == "" {
 		return usageErr("-metrics is required")

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -84,4 +85,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return usageErr("unknown command %q", args[0])
 	}
+}
+
+// parseFlags parses a subcommand's flags: -h is errHelp (exit 0), any
+// other problem is bad usage (exit 2).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageErr("%v", err)
+	}
+	return nil
 }

@@ -35,11 +35,8 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stderr, "Usage: pollux simulate -workload FILE [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageErr("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("unexpected arguments: %s", strings.Join(fs.Args(), " "))
