@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./report/...
 FUZZTIME ?= 20s
 
-.PHONY: help build test unit servers cluster-up cluster-down lint check bench fuzz fidelity quality demo ci clean
+.PHONY: help build simulate test unit servers cluster-up cluster-down lint check bench fuzz fidelity quality demo ci clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -52,7 +52,10 @@ fidelity: ## per-workload deviation of Tiresias/Optimus from the published JCTs
 quality: ## Pollux vs published Pollux and vs Tiresias on generated workloads
 	$(GO) test -count=1 -run 'TestQuality' -v -timeout 60m ./sim/
 
-demo: build ## simulate workload 6 under Pollux on embedded defaults
+demo: build servers ## closed loop on a local cluster: 20 jobs of workload 1 as emulated trainers driven by the controller (~15 min), compared with the simulator
+	scripts/with-cluster.sh ./$(BIN)/pollux demo -workload workload-1 -jobs 20 -speedup 100
+
+simulate: build ## simulate workload 6 under Pollux on embedded defaults (~15 s)
 	./$(BIN)/pollux simulate -workload workload-6
 
 ci: check test ## what CI runs

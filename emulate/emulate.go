@@ -39,6 +39,8 @@ type Checkpoint struct {
 	ResumedFrom float64 `json:"resumed_from"`
 	// SimSeconds is the training time so far in emulated seconds.
 	SimSeconds float64 `json:"sim_seconds"`
+	// CompletedAt is the wall-clock time training completed.
+	CompletedAt time.Time `json:"completed_at,omitzero"`
 }
 
 // Config configures one emulated worker.
@@ -46,7 +48,7 @@ type Config struct {
 	App *apps.Application
 	// Speedup is emulated seconds per real second (default 1).
 	Speedup float64
-	// Tick is the real time between two training updates (default 250ms).
+	// Tick is the real time between two training updates (default 100ms).
 	Tick time.Duration
 	// Consul, Prefix, Namespace and JobID locate the checkpoint key.
 	Consul                *consulapi.Client
@@ -68,7 +70,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Speedup = 1
 	}
 	if cfg.Tick <= 0 {
-		cfg.Tick = 250 * time.Millisecond
+		cfg.Tick = 100 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -129,6 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			if done {
 				cp.Done = true
+				cp.CompletedAt = now.UTC()
 				if err := saveCheckpoint(ctx, kv, key, cp); err != nil {
 					return err
 				}

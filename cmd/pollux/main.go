@@ -36,6 +36,7 @@ Commands:
   status     print the controller's last round (from Consul KV)
   plan       show what the next round would do, changing nothing
   emulate    run an emulated training job (a Nomad task of a Pollux job)
+  demo       closed loop on a local cluster: submit a workload slice of emulated jobs, run the controller, compare with the simulator
 
 Run 'pollux <command> -h' for the flags of a command.
 `
@@ -72,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFit(args[1:], stdout, stderr)
 	case "agent":
 		return runAgent(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr)
 	case "emulate":
 		return runEmulate(ctx, args[1:], stdout, stderr)
 	case "plan":

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/pollux-nomad/pollux/loop"
+	"github.com/pollux-nomad/pollux/nomad"
+	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/sim"
+	"github.com/pollux-nomad/pollux/workload"
+)
+
+// runDemo runs the closed loop on the cluster in NOMAD_ADDR and
+// CONSUL_HTTP_ADDR, then simulates the same slice for comparison.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		wl      = fs.String("workload", "workload-1", "workload CSV or embedded name")
+		n       = fs.Int("jobs", 20, "use the first N jobs")
+		speedup = fs.Float64("speedup", 100, "emulated seconds per real second")
+		device  = fs.String("device", os.Getenv("POLLUX_DEVICE"), "GPU device type (default $POLLUX_DEVICE)")
+		timeout = fs.Duration("timeout", 45*time.Minute, "give up after this much real time")
+		outDir  = fs.String("out", "", "write per-job CSV and plots here")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *device == "" {
+		*device = "nvidia/gpu"
+	}
+	applications, err := sim.LoadApplications("")
+	if err != nil {
+		return err
+	}
+	all, name, err := sim.LoadWorkload(*wl, applications)
+	if err != nil {
+		return classify(err)
+	}
+	jobsSlice := workload.First(all, min(*n, len(all)))
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	nc, err := nomadapi.NewClient(nomadapi.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	cc, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "pollux", Level: hclog.Info, Output: stderr})
+	cluster, err := nomad.New(nc, nomad.Config{Device: *device})
+	if err != nil {
+		return err
+	}
+	nodes, err := cluster.Nodes(ctx)
+	if err != nil || len(nodes) == 0 {
+		return fmt.Errorf("no nodes with %s GPUs (is the cluster up? make cluster-up): %v", *device, err)
+	}
+	label := fmt.Sprintf("%s[:%d]", name, len(jobsSlice))
+	real, err := loop.Run(ctx, loop.Config{
+		Jobs: jobsSlice, Workload: label, Apps: applications, Speedup: *speedup, Binary: exe,
+		Device: *device, Nomad: nc, Consul: cc, Logger: log, Timeout: *timeout,
+	})
+	if err != nil {
+		return err
+	}
+	pol, err := sim.NewPolicy("pollux", 1)
+	if err != nil {
+		return err
+	}
+	s, err := sim.New(sim.Config{Nodes: len(nodes), GPUsPerNode: nodes[0].GPUs}, applications, jobsSlice, label+" (simulated)", pol)
+	if err != nil {
+		return err
+	}
+	simulated, err := s.Run(ctx, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nper-job JCT (s), real cluster vs simulator:\n")
+	for i, j := range real.Jobs {
+		fmt.Fprintf(stdout, "  %-16s real %8.0f  sim %8.0f  restarts %d\n", j.Name, j.JCT(), simulated.Jobs[i].JCT(), j.Restarts)
+	}
+	sums := []report.Summary{report.Summarize(real), report.Summarize(simulated)}
+	fmt.Fprintln(stdout)
+	if err := report.WriteTable(stdout, sums); err != nil {
+		return err
+	}
+	dev := (sums[0].AvgJCT - sums[1].AvgJCT) / sums[1].AvgJCT
+	fmt.Fprintf(stdout, "\naverage JCT: real %.0f s, simulated %.0f s (%+.1f%%)\n", sums[0].AvgJCT, sums[1].AvgJCT, 100*dev)
+	if *outDir != "" {
+		return writeOutputs(*outDir, []report.Run{real, simulated})
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+// Package loop runs the closed loop on a real cluster: it submits a
+// workload (a CSV in the simulator's format, time-compressed) as Nomad
+// jobs whose tasks are emulated trainers (`pollux emulate`), runs the
+// Pollux controller against the same Nomad and Consul, waits until every
+// job completes and returns the outcome in the simulator's report format,
+// so that the real run and `pollux simulate` can be compared.
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/pollux-nomad/pollux/apps"
+	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/emulate"
+	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/nomad"
+	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/workload"
+)
+
+// Config configures one closed-loop run.
+type Config struct {
+	Jobs     []workload.Job
+	Workload string
+	Apps     map[string]*apps.Application
+	// Speedup is emulated seconds per real second; the controller's
+	// interval and restart penalty are scaled by it.
+	Speedup float64
+	// Binary is the pollux executable the tasks run (`emulate`).
+	Binary string
+	Device string
+	Nomad  *nomadapi.Client
+	Consul *consulapi.Client
+	Logger hclog.Logger
+	// Timeout bounds the whole run in real time.
+	Timeout time.Duration
+}
+
+// Run submits the workload, drives it with the controller and returns
+// the outcome, with times in emulated seconds on the workload's clock.
+func Run(ctx context.Context, cfg Config) (report.Run, error) {
+	if cfg.Speedup <= 0 || cfg.Binary == "" || len(cfg.Jobs) == 0 {
+		return report.Run{}, errors.New("loop: speedup, binary and at least one job are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	log = log.Named("loop")
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	runID := fmt.Sprintf("%d", time.Now().Unix())
+	prefix := "pollux-loop/" + runID + "/"
+	cluster, err := nomad.New(cfg.Nomad, nomad.Config{Device: cfg.Device, Logger: log})
+	if err != nil {
+		return report.Run{}, err
+	}
+	kv, err := consul.New(cfg.Consul, consul.Config{Prefix: prefix, Logger: log, SessionTTL: 10 * time.Second})
+	if err != nil {
+		return report.Run{}, err
+	}
+	nodes, err := cluster.Nodes(ctx)
+	if err != nil {
+		return report.Run{}, err
+	}
+	total := 0
+	for _, n := range nodes {
+		total += n.GPUs
+	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / cfg.Speedup) }
+	jcfg := jobs.DefaultConfig()
+	jcfg.Device, jcfg.KVPrefix = cfg.Device, prefix
+	jcfg.Interval = max(scale(60*time.Second), time.Second)
+	jcfg.RestartPenalty = scale(30 * time.Second)
+	ctrl, err := jobs.New(jcfg, jobs.Options{Cluster: cluster, KV: kv, Logger: log, Instance: "loop"})
+	if err != nil {
+		return report.Run{}, err
+	}
+
+	start := time.Now()
+	t0 := cfg.Jobs[0].Time
+	for _, j := range cfg.Jobs {
+		t0 = min(t0, j.Time)
+	}
+	emulated := func(t time.Time) float64 { return t0 + t.Sub(start).Seconds()*cfg.Speedup }
+	run := report.Run{Policy: "pollux", Workload: cfg.Workload + " (real cluster)", TotalGPUs: total}
+	var mu sync.Mutex
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	agentDone := make(chan error, 1)
+	go func() {
+		agentDone <- jobs.RunAgent(agentCtx, jobs.AgentOptions{
+			Controller: ctrl, Leadership: kv.Leader(), KV: kv, Logger: log, Base: jcfg,
+			OnRound: func(st *jobs.Status) {
+				s := report.Sample{Time: emulated(time.Now()), JobGPUs: map[string]int{}}
+				for _, js := range st.Jobs {
+					s.GPUsInUse += js.GPUs
+					if js.GPUs > 0 {
+						s.JobGPUs[js.Job] = js.GPUs
+					}
+				}
+				mu.Lock()
+				run.Timeline = append(run.Timeline, s)
+				run.OptimizeSeconds = append(run.OptimizeSeconds, st.Timings["optimize"]/1000)
+				mu.Unlock()
+			},
+		})
+	}()
+
+	ids := make([]string, len(cfg.Jobs))
+	submitted := make([]time.Time, len(cfg.Jobs))
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, id := range ids {
+			if id != "" {
+				_, _, _ = cfg.Nomad.Jobs().Deregister(id, true, (&nomadapi.WriteOptions{}).WithContext(cctx))
+			}
+		}
+		_, _ = cfg.Consul.KV().DeleteTree(prefix, (&consulapi.WriteOptions{}).WithContext(cctx))
+	}()
+	// Submit at the compressed submission times, and wait for completion.
+	next := 0
+	completed := make([]time.Time, len(cfg.Jobs))
+	done := 0
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for done < len(cfg.Jobs) {
+		select {
+		case <-ctx.Done():
+			return run, fmt.Errorf("loop: %d of %d jobs completed: %w", done, len(cfg.Jobs), ctx.Err())
+		case err := <-agentDone:
+			return run, fmt.Errorf("loop: controller stopped: %v", err)
+		case now := <-tick.C:
+			for next < len(cfg.Jobs) && emulated(now) >= cfg.Jobs[next].Time {
+				id, err := submit(ctx, cfg, prefix, runID, cfg.Jobs[next])
+				if err != nil {
+					return run, err
+				}
+				ids[next], submitted[next] = id, now
+				log.Info("submitted", "job", cfg.Jobs[next].Name, "nomad_job", id, "emulated_time", cfg.Jobs[next].Time)
+				next++
+			}
+			for i := range next {
+				if !completed[i].IsZero() {
+					continue
+				}
+				cp, ok := checkpoint(ctx, cfg.Consul, prefix, ids[i])
+				if ok && cp.Done {
+					completed[i] = cp.CompletedAt
+					if completed[i].IsZero() {
+						completed[i] = now
+					}
+					done++
+					log.Info("completed", "job", cfg.Jobs[i].Name, "jct_s", completed[i].Sub(submitted[i]).Seconds()*cfg.Speedup, "done", done, "of", len(cfg.Jobs))
+				}
+			}
+		}
+	}
+	stopAgent()
+	<-agentDone
+	for i, j := range cfg.Jobs {
+		res := report.JobResult{Name: j.Name, Application: j.Application, Submitted: j.Time, Completed: true,
+			Completion: j.Time + completed[i].Sub(submitted[i]).Seconds()*cfg.Speedup}
+		if raw, _, err := kv.Get(ctx, "jobs/default/"+ids[i]+"/state"); err == nil {
+			var st jobs.State
+			if json.Unmarshal(raw, &st) == nil {
+				res.Restarts = st.Restarts
+				res.GPUSeconds = st.AttainedService * cfg.Speedup
+				if st.Decision != nil {
+					res.FinalBatchSize = st.Decision.BatchSize
+				}
+			}
+		}
+		run.Jobs = append(run.Jobs, res)
+	}
+	sort.SliceStable(run.Timeline, func(a, b int) bool { return run.Timeline[a].Time < run.Timeline[b].Time })
+	run.Wall = time.Since(start)
+	return run, nil
+}
+
+// submit registers one workload job as a Nomad batch job running an
+// emulated trainer on one GPU; the controller reshapes it from there.
+func submit(ctx context.Context, cfg Config, prefix, runID string, w workload.Job) (string, error) {
+	app := cfg.Apps[w.Application]
+	if app == nil {
+		return "", fmt.Errorf("loop: job %s: unknown application %q", w.Name, w.Application)
+	}
+	id := "loop-" + runID + "-" + w.Name
+	meta := map[string]string{
+		"pollux_enabled":         "true",
+		"pollux_init_batch_size": fmt.Sprint(app.InitBatchSize),
+		"pollux_init_lr":         "0.1",
+		"pollux_max_batch_size":  fmt.Sprint(app.MaxBatchSize),
+		"pollux_local_bsz_min":   fmt.Sprint(app.MinLocalBsz),
+		"pollux_local_bsz_max":   fmt.Sprint(app.MaxLocalBsz),
+	}
+	if app.Name == "ncf" {
+		// As the artifact's simulator: NCF at M = 32768 on one GPU.
+		meta["pollux_init_batch_size"], meta["pollux_max_batch_size"], meta["pollux_max_gpus"] = "32768", "32768", "1"
+	}
+	job := nomadapi.NewBatchJob(id, id, "global", 50)
+	job.Datacenters = []string{"*"}
+	job.Meta = meta
+	task := nomadapi.NewTask("train", "raw_exec").
+		SetConfig("command", cfg.Binary).
+		SetConfig("args", []string{"emulate", "-app", app.Name, "-speedup", fmt.Sprint(cfg.Speedup), "-kv-prefix", prefix, "-report-interval", "1s"})
+	task.Env = map[string]string{"CONSUL_HTTP_ADDR": os.Getenv("CONSUL_HTTP_ADDR")}
+	one := uint64(1)
+	cpu, mem := 20, 32
+	task.Resources = &nomadapi.Resources{CPU: &cpu, MemoryMB: &mem, Devices: []*nomadapi.RequestedDevice{{Name: cfg.Device, Count: &one}}}
+	tg := nomadapi.NewTaskGroup("workers", 1).AddTask(task)
+	zero, fail, no := 0, "fail", false
+	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: &zero, Mode: &fail}
+	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: &zero, Unlimited: &no}
+	disk := 150
+	tg.EphemeralDisk = &nomadapi.EphemeralDisk{SizeMB: &disk}
+	job.AddTaskGroup(tg)
+	if _, _, err := cfg.Nomad.Jobs().Register(job, (&nomadapi.WriteOptions{}).WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("loop: failed to submit %s: %w", w.Name, err)
+	}
+	return id, nil
+}
+
+func checkpoint(ctx context.Context, c *consulapi.Client, prefix, id string) (emulate.Checkpoint, bool) {
+	var cp emulate.Checkpoint
+	pair, _, err := c.KV().Get(prefix+"jobs/default/"+id+"/checkpoint", (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil || pair == nil {
+		return cp, false
+	}
+	return cp, json.Unmarshal(pair.Value, &cp) == nil
+}
