@@ -21,6 +21,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/metrics"
 	"github.com/pollux-nomad/pollux/nomad"
+	"github.com/pollux-nomad/pollux/workload"
 )
 
 // env is one test's connection to the real local cluster.
@@ -321,4 +322,20 @@ func jobStatus(t *testing.T, st *jobs.Status, id string) jobs.JobStatus {
 	}
 	t.Fatalf("job %s is not in the round's status: %+v", id, st.Jobs)
 	return jobs.JobStatus{}
+}
+
+// workload1 returns the artifact's workload 1 (and loads the profiles).
+func (e *env) workload1(t *testing.T) []workload.Job {
+	t.Helper()
+	e.profileDoc("ncf", []int{1}) // loads appsMap
+	f, err := data.Workloads().Open("workload-1.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	jobs, err := workload.Parse(f, "workload-1.csv", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
 }

@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pollux-nomad/pollux/loop"
+	"github.com/pollux-nomad/pollux/workload"
+)
+
+// TestClosedLoopSmall (issue 4, closed loop): three jobs of workload 1 as
+// emulated trainers at 200x speed, driven by the controller on the real
+// cluster: every job finishes, and the controller reallocated jobs while
+// they ran, changing their batch size, without any starting over.
+func TestClosedLoopSmall(t *testing.T) {
+	e := newEnv(t)
+	jobsAll := e.workload1(t)
+	slice := workload.First(jobsAll, 3)
+	run, err := loop.Run(context.Background(), loop.Config{
+		Jobs: slice, Workload: "workload-1[:3]", Apps: appsMap, Speedup: 200, Binary: polluxBinary(t),
+		Device: e.device, Nomad: e.nomad, Consul: e.consul, Logger: e.log, Timeout: 5 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := 0
+	for _, j := range run.Jobs {
+		t.Logf("%s: JCT %.0f s, restarts %d, final batch %d", j.Name, j.JCT(), j.Restarts, j.FinalBatchSize)
+		if !j.Completed || j.JCT() <= 0 {
+			t.Errorf("%s did not complete: %+v", j.Name, j)
+		}
+		if j.Restarts > 0 && j.FinalBatchSize > 0 {
+			restarted++
+		}
+	}
+	if restarted == 0 {
+		t.Error("no job was reallocated while it ran")
+	}
+}
