@@ -41,6 +41,10 @@ type Config struct {
 	// ExploreFactor caps a job's growth at this many times the most GPUs
 	// it has reported a profile for. Default 4.
 	ExploreFactor int
+	// Policy is "pollux" (default), or a baseline for comparisons:
+	// "tiresias" (each job on pollux_max_gpus GPUs at its initial batch
+	// size) or "optimus" (needs an oracle, see Options.Oracle).
+	Policy string
 }
 
 // DefaultConfig returns the defaults of contracts.md §4.
@@ -56,6 +60,7 @@ func DefaultConfig() Config {
 		Seed:                  1,
 		InterferenceAvoidance: true,
 		ExploreFactor:         4,
+		Policy:                "pollux",
 	}
 }
 
@@ -71,6 +76,7 @@ type configDoc struct {
 	KVPrefix              *string  `json:"kv_prefix"`
 	InterferenceAvoidance *bool    `json:"interference_avoidance"`
 	ExploreFactor         *int     `json:"explore_factor"`
+	Policy                *string  `json:"policy"`
 	GA                    *struct {
 		Population  *int   `json:"population"`
 		Generations *int   `json:"generations"`
@@ -133,6 +139,9 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 	if d.ExploreFactor != nil {
 		out.ExploreFactor = *d.ExploreFactor
 	}
+	if d.Policy != nil {
+		out.Policy = *d.Policy
+	}
 	if d.GA != nil {
 		if d.GA.Population != nil {
 			out.Population = *d.GA.Population
@@ -179,6 +188,11 @@ func (c Config) Validate() error {
 	}
 	if c.Generations < 1 || c.Generations > 100000 {
 		errs = append(errs, fmt.Errorf("ga.generations: must be in [1, 100000], got %d", c.Generations))
+	}
+	switch c.Policy {
+	case "pollux", "tiresias", "optimus":
+	default:
+		errs = append(errs, fmt.Errorf("policy: want pollux, tiresias or optimus, got %q", c.Policy))
 	}
 	if c.ExploreFactor < 1 {
 		errs = append(errs, fmt.Errorf("explore_factor: must be at least 1, got %d", c.ExploreFactor))

@@ -66,6 +66,9 @@ type Options struct {
 	Instance string
 	// Telemetry receives the round's measurements (may be nil).
 	Telemetry *Telemetry
+	// Oracle gives the Optimus baseline a job's true remaining work and
+	// step time (only needed with policy "optimus"; nil otherwise).
+	Oracle func(job Job, spec Spec) policy.Oracle
 }
 
 // Controller runs scheduling rounds. Round is not safe for concurrent use;
@@ -84,6 +87,8 @@ type Controller struct {
 
 	pol      *policy.PolluxPolicy
 	polCfg   policy.PolluxConfig
+	baseline policy.Policy
+	oracle   func(job Job, spec Spec) policy.Oracle
 	states   map[JobRef]*State
 	round    int64
 	lastTime time.Time
@@ -108,7 +113,7 @@ func New(cfg Config, o Options) (*Controller, error) {
 	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
-		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{},
+		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle,
 	}, nil
 }
 
@@ -148,11 +153,33 @@ func (c *Controller) takeConfig() Config {
 func (c *Controller) Forget() {
 	c.states = map[JobRef]*State{}
 	c.pol = nil
+	c.baseline = nil
 }
 
-// policyFor returns the Pollux policy for cfg, keeping its population
+// policyFor returns the policy for cfg, keeping its state (the GA's
+// population, Tiresias' queues) between rounds while the settings stay.
+func (c *Controller) policyFor(cfg Config) (policy.Policy, error) {
+	switch cfg.Policy {
+	case "tiresias", "optimus":
+		if c.baseline == nil || c.baseline.Name() != cfg.Policy {
+			if cfg.Policy == "tiresias" {
+				t, err := policy.NewTiresias(policy.TiresiasConfig{})
+				if err != nil {
+					return nil, err
+				}
+				c.baseline = t
+			} else {
+				c.baseline = policy.NewOptimus()
+			}
+		}
+		return c.baseline, nil
+	}
+	return c.polluxFor(cfg)
+}
+
+// polluxFor returns the Pollux policy for cfg, keeping its population
 // between rounds while the GA settings stay the same.
-func (c *Controller) policyFor(cfg Config) (*policy.PolluxPolicy, error) {
+func (c *Controller) polluxFor(cfg Config) (*policy.PolluxPolicy, error) {
 	pc := policy.PolluxConfig{
 		Population: cfg.Population, Generations: cfg.Generations, Seed: cfg.Seed,
 		FairnessP: cfg.FairnessP, RestartPenalty: cfg.RestartPenalty.Seconds(),
@@ -439,7 +466,19 @@ func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []
 		if cfg.MaxGPUsPerJob > 0 {
 			maxGPUs = min(maxGPUs, cfg.MaxGPUsPerJob)
 		}
-		maxGPUs = min(maxGPUs, max(cfg.ExploreFactor*e.state.MaxProfiled, 1), e.spec.MaxBatchSize/e.spec.LocalBszMin)
+		switch cfg.Policy {
+		case "tiresias":
+			// A fixed-size job: its requested GPUs (pollux_max_gpus, else
+			// pollux_min_gpus).
+			maxGPUs = e.spec.MinGPUs
+			if e.spec.MaxGPUs > 0 {
+				maxGPUs = e.spec.MaxGPUs
+			}
+		case "optimus":
+			maxGPUs = min(maxGPUs, e.spec.MaxBatchSize/e.spec.LocalBszMin)
+		default:
+			maxGPUs = min(maxGPUs, max(cfg.ExploreFactor*e.state.MaxProfiled, 1), e.spec.MaxBatchSize/e.spec.LocalBszMin)
+		}
 		pj := policy.Job{
 			ID:              e.job.JobRef.String(),
 			Submitted:       float64(e.job.SubmitTime.Unix()),
@@ -455,6 +494,9 @@ func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []
 		if e.fit != nil {
 			pj.Goodput = model.NewGoodputCache(*e.fit, e.spec.Bounds())
 		}
+		if cfg.Policy == "optimus" && c.oracle != nil {
+			pj.Oracle = c.oracle(e.job, e.spec)
+		}
 		in.Jobs = append(in.Jobs, pj)
 		if a := AllocOf(e.job.Placement); len(a) > 0 {
 			in.Current[pj.ID] = a
@@ -469,7 +511,11 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	ref := e.job.JobRef
 	log := c.log.With("job_id", ref.String())
 	want := PlacementOf(alloc)
-	d := Decide(e.spec, e.fit, want, c.round)
+	fit := e.fit
+	if cfg.Policy != "pollux" {
+		fit = nil // the baselines keep the job's batch size
+	}
+	d := Decide(e.spec, fit, want, c.round)
 	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
 	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
 	if SamePlacement(want, e.job.Placement) {

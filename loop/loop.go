@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/pollux-nomad/pollux/emulate"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
+	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/report"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -45,6 +47,10 @@ type Config struct {
 	Logger hclog.Logger
 	// Timeout bounds the whole run in real time.
 	Timeout time.Duration
+	// Policy drives the controller: "pollux" (default), "tiresias" or
+	// "optimus" (with an oracle read from the profiles and the workers'
+	// checkpoints, as the artifact's Optimus+Oracle).
+	Policy string
 }
 
 // Run submits the workload, drives it with the controller and returns
@@ -86,7 +92,10 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	jcfg.Device, jcfg.KVPrefix = cfg.Device, prefix
 	jcfg.Interval = max(scale(60*time.Second), time.Second)
 	jcfg.RestartPenalty = scale(30 * time.Second)
-	ctrl, err := jobs.New(jcfg, jobs.Options{Cluster: cluster, KV: kv, Logger: log, Instance: "loop"})
+	if cfg.Policy != "" {
+		jcfg.Policy = cfg.Policy
+	}
+	ctrl, err := jobs.New(jcfg, jobs.Options{Cluster: cluster, KV: kv, Logger: log, Instance: "loop", Oracle: oracleFor(ctx, cfg, prefix)})
 	if err != nil {
 		return report.Run{}, err
 	}
@@ -97,7 +106,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 		t0 = min(t0, j.Time)
 	}
 	emulated := func(t time.Time) float64 { return t0 + t.Sub(start).Seconds()*cfg.Speedup }
-	run := report.Run{Policy: "pollux", Workload: cfg.Workload + " (real cluster)", TotalGPUs: total}
+	run := report.Run{Policy: jcfg.Policy, Workload: cfg.Workload + " (real cluster)", TotalGPUs: total}
 	var mu sync.Mutex
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
@@ -209,9 +218,22 @@ func submit(ctx context.Context, cfg Config, prefix, runID string, w workload.Jo
 		"pollux_local_bsz_min":   fmt.Sprint(app.MinLocalBsz),
 		"pollux_local_bsz_max":   fmt.Sprint(app.MaxLocalBsz),
 	}
-	if app.Name == "ncf" {
-		// As the artifact's simulator: NCF at M = 32768 on one GPU.
-		meta["pollux_init_batch_size"], meta["pollux_max_batch_size"], meta["pollux_max_gpus"] = "32768", "32768", "1"
+	meta["pollux_app"] = app.Name
+	switch cfg.Policy {
+	case "tiresias":
+		// The trace's fixed GPU count and batch size.
+		meta["pollux_min_gpus"], meta["pollux_max_gpus"] = fmt.Sprint(w.NumReplicas), fmt.Sprint(w.NumReplicas)
+		meta["pollux_init_batch_size"] = fmt.Sprint(w.BatchSize)
+	case "optimus":
+		meta["pollux_init_batch_size"] = fmt.Sprint(w.BatchSize)
+		if app.Name == "ncf" {
+			meta["pollux_max_gpus"] = "1"
+		}
+	default:
+		if app.Name == "ncf" {
+			// As the artifact's simulator: NCF at M = 32768 on one GPU.
+			meta["pollux_init_batch_size"], meta["pollux_max_batch_size"], meta["pollux_max_gpus"] = "32768", "32768", "1"
+		}
 	}
 	job := nomadapi.NewBatchJob(id, id, "global", 50)
 	job.Datacenters = []string{"*"}
@@ -243,4 +265,55 @@ func checkpoint(ctx context.Context, c *consulapi.Client, prefix, id string) (em
 		return cp, false
 	}
 	return cp, json.Unmarshal(pair.Value, &cp) == nil
+}
+
+// oracleFor gives Optimus the true remaining iterations and step time of a
+// loop job, from its application's profile and its worker's checkpoint
+// (the artifact's Optimus+Oracle reads the same from its traces).
+func oracleFor(ctx context.Context, cfg Config, prefix string) func(jobs.Job, jobs.Spec) policy.Oracle {
+	return func(j jobs.Job, spec jobs.Spec) policy.Oracle {
+		app := cfg.Apps[j.Meta["pollux_app"]]
+		if app == nil {
+			return nil
+		}
+		cp, _ := checkpoint(ctx, cfg.Consul, prefix, j.ID)
+		return profileOracle{app: app, batch: spec.InitBatchSize, epoch: min(cp.Epoch, app.CompletionEpoch())}
+	}
+}
+
+// profileOracle answers from an application's measured profile.
+type profileOracle struct {
+	app   *apps.Application
+	batch int
+	epoch int
+}
+
+// RemainingIterations is the optimizer steps left at the fixed batch size.
+func (o profileOracle) RemainingIterations() float64 {
+	ce := o.app.CompletionEpoch()
+	if ce <= o.epoch {
+		return 1
+	}
+	return o.app.Iteration(float64(o.batch), ce) - o.app.Iteration(float64(o.batch), o.epoch)
+}
+
+// StepTime is the measured time of one optimizer step on k GPUs packed
+// four to a node (simulator/optimus.py, predict_step_time).
+func (o profileOracle) StepTime(k int) float64 {
+	var placement []int
+	for left := k; left > 0; left -= 4 {
+		placement = append(placement, min(left, 4))
+	}
+	local := (o.batch + k - 1) / k
+	accum := (local+o.app.MaxLocalBsz-1)/o.app.MaxLocalBsz - 1
+	if k == 1 {
+		accum = max(1, accum)
+	}
+	atomic := (local + accum) / (accum + 1)
+	atomic = max(min(atomic, o.app.MaxBatchSize/(k*(accum+1))), 1)
+	step, sync, err := o.app.Throughput(placement, atomic)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return step + (step-sync)*float64(accum)
 }

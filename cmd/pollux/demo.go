@@ -31,6 +31,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		device  = fs.String("device", os.Getenv("POLLUX_DEVICE"), "GPU device type (default $POLLUX_DEVICE)")
 		timeout = fs.Duration("timeout", 45*time.Minute, "give up after this much real time")
 		outDir  = fs.String("out", "", "write per-job CSV and plots here")
+		polName = fs.String("policy", "pollux", "policy driving the real cluster and the simulation: pollux, tiresias or optimus")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -68,17 +69,24 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil || len(nodes) == 0 {
 		return fmt.Errorf("no nodes with %s GPUs (is the cluster up? make cluster-up): %v", *device, err)
 	}
+	// A job asking for more GPUs than the cluster has would never run
+	// under Tiresias: cap the requests at the cluster's size.
+	total := 0
+	for _, nd := range nodes {
+		total += nd.GPUs
+	}
+	jobsSlice = capReplicas(jobsSlice, total)
 	label := fmt.Sprintf("%s[:%d]", name, len(jobsSlice))
 	real, err := loop.Run(ctx, loop.Config{
 		Jobs: jobsSlice, Workload: label, Apps: applications, Speedup: *speedup, Binary: exe,
-		Device: *device, Nomad: nc, Consul: cc, Logger: log, Timeout: *timeout,
+		Device: *device, Nomad: nc, Consul: cc, Logger: log, Timeout: *timeout, Policy: *polName,
 	})
 	if err != nil {
 		return err
 	}
-	pol, err := sim.NewPolicy("pollux", 1)
+	pol, err := sim.NewPolicy(*polName, 1)
 	if err != nil {
-		return err
+		return usageErr("%v", err)
 	}
 	s, err := sim.New(sim.Config{Nodes: len(nodes), GPUsPerNode: nodes[0].GPUs}, applications, jobsSlice, label+" (simulated)", pol)
 	if err != nil {
@@ -103,4 +111,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return writeOutputs(*outDir, []report.Run{real, simulated})
 	}
 	return nil
+}
+
+// capReplicas returns a copy of jobs with num_replicas at most gpus.
+func capReplicas(jobs []workload.Job, gpus int) []workload.Job {
+	out := make([]workload.Job, len(jobs))
+	for i, j := range jobs {
+		j.NumReplicas = min(j.NumReplicas, gpus)
+		out[i] = j
+	}
+	return out
 }
