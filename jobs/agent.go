@@ -55,23 +55,15 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 	var index uint64
 	var last string
-	backoff := time.Second
+	var retry backoff
 	for ctx.Err() == nil {
 		raw, idx, err := o.KV.Watch(ctx, ConfigKey, index, 5*time.Minute)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("failed to watch configuration; retrying", "error", err, "backoff", backoff)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, time.Minute)
+			retry.wait(ctx, log, "failed to watch configuration; retrying", err)
 			continue
 		}
-		backoff = time.Second
-		if idx < index {
-			idx = 0 // the index went backwards (Consul restored): start over
-		}
-		index = idx
+		retry.reset()
+		index = nextIndex(index, idx)
 		if string(raw) == last {
 			continue
 		}
@@ -100,23 +92,15 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 func watchJobs(ctx context.Context, cluster Cluster, log hclog.Logger, wake chan<- struct{}) {
 	var index uint64
 	known := map[JobRef]bool{}
-	backoff := time.Second
+	var retry backoff
 	for ctx.Err() == nil {
 		refs, idx, err := cluster.ListJobs(ctx, index, 5*time.Minute)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("failed to watch jobs; retrying", "error", err, "backoff", backoff)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, time.Minute)
+			retry.wait(ctx, log, "failed to watch jobs; retrying", err)
 			continue
 		}
-		backoff = time.Second
-		if idx < index {
-			idx = 0
-		}
-		index = idx
+		retry.reset()
+		index = nextIndex(index, idx)
 		now := map[JobRef]bool{}
 		added := false
 		for _, r := range refs {
@@ -220,4 +204,34 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// backoff is the exponential wait (1 s doubling to 1 min) between retries
+// of a failed blocking query; its zero value is ready to use.
+type backoff struct{ d time.Duration }
+
+// wait logs err and sleeps the current backoff (returning early when ctx
+// ends), then doubles it.
+func (b *backoff) wait(ctx context.Context, log hclog.Logger, msg string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if b.d == 0 {
+		b.d = time.Second
+	}
+	log.Warn(msg, "error", err, "backoff", b.d)
+	sleep(ctx, b.d)
+	b.d = min(2*b.d, time.Minute)
+}
+
+// reset starts the next failure's backoff at 1 s again.
+func (b *backoff) reset() { b.d = 0 }
+
+// nextIndex is the wait index for the next blocking query: the returned
+// index, or 0 when it went backwards (a restored server), to start over.
+func nextIndex(prev, got uint64) uint64 {
+	if got < prev {
+		return 0
+	}
+	return got
 }
