@@ -31,6 +31,8 @@ const (
 	DefaultLockDelay = time.Second
 	// DefaultLockKey is the leader lock's key, relative to the prefix.
 	DefaultLockKey = "leader"
+	// DefaultRequestTimeout bounds a non-blocking Consul call.
+	DefaultRequestTimeout = 10 * time.Second
 )
 
 // Keys of the KV layout (contracts.md §2), relative to the prefix.
@@ -94,6 +96,12 @@ type Config struct {
 	// the lock's value, e.g. the hostname or NOMAD_ALLOC_ID. Default: the
 	// hostname.
 	Instance string
+	// RequestTimeout bounds every call that is not a blocking query (Get,
+	// Put, CAS, Delete, Verify), so that a Consul that accepts connections
+	// but answers nothing (overloaded, paused, a half-open network) makes a
+	// call fail instead of hanging the round. A blocking Watch is bounded
+	// by its wait plus RequestTimeout. Default 10s.
+	RequestTimeout time.Duration
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -112,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LockKey == "" {
 		c.LockKey = DefaultLockKey
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
 	}
 	if c.Instance == "" {
 		if h, err := os.Hostname(); err == nil && h != "" {
@@ -228,6 +239,8 @@ func valueOf(pair *api.KVPair) []byte {
 // Get returns a key's value and ModifyIndex, or an error wrapping
 // jobs.ErrNotFound if the key does not exist.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
 	full, err := c.full(key)
 	if err != nil {
 		return nil, 0, fmt.Errorf("failed to get key: %w", err)
@@ -244,6 +257,8 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 
 // Put writes a key unconditionally.
 func (c *Client) Put(ctx context.Context, key string, value []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
 	full, err := c.full(key)
 	if err != nil {
 		return fmt.Errorf("failed to put key: %w", err)
@@ -261,6 +276,8 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 // it only if it does not exist. It returns an error wrapping
 // jobs.ErrConflict if the key changed (or exists, for index 0).
 func (c *Client) CAS(ctx context.Context, key string, value []byte, index uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
 	full, err := c.full(key)
 	if err != nil {
 		return fmt.Errorf("failed to write key: %w", err)
@@ -289,6 +306,13 @@ func (c *Client) CAS(ctx context.Context, key string, value []byte, index uint64
 // blocking-query rules ask: it reads the key again with index 0 and
 // returns that. The returned index is never 0.
 func (c *Client) Watch(ctx context.Context, key string, index uint64, wait time.Duration) ([]byte, uint64, error) {
+	bound := wait
+	if bound <= 0 {
+		bound = 5 * time.Minute
+	}
+	// Consul adds up to wait/16 of jitter to a blocking query.
+	ctx, cancel := context.WithTimeout(ctx, bound+bound/16+c.cfg.RequestTimeout)
+	defer cancel()
 	full, err := c.full(key)
 	if err != nil {
 		return nil, 0, fmt.Errorf("failed to watch key: %w", err)
@@ -329,6 +353,8 @@ func clampIndex(i uint64) uint64 {
 // in one transaction. Keys that merely start with the same characters
 // ("<key>2") are kept. Deleting a missing key is not an error.
 func (c *Client) Delete(ctx context.Context, key string, recurse bool) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
 	full, err := c.full(key)
 	if err != nil {
 		return fmt.Errorf("failed to delete key: %w", err)

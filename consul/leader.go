@@ -115,6 +115,34 @@ func (l *Leader) Holder(ctx context.Context) (string, error) {
 	return string(pair.Value), nil
 }
 
+// ErrNotLeader: Verify found that this instance does not hold the lock.
+var ErrNotLeader = errors.New("not the leader")
+
+// Verify checks with a consistent read that the lock key is still held by
+// this instance's current session. The controller calls it right before it
+// changes jobs, so that a holder cut off from Consul (or one whose session
+// was invalidated a moment ago) writes nothing it cannot vouch for. It
+// returns an error wrapping ErrNotLeader when another session (or none)
+// holds the key, and Consul's error when it cannot be read.
+func (l *Leader) Verify(ctx context.Context) error {
+	l.mu.Lock()
+	t := l.term
+	l.mu.Unlock()
+	if t == nil || isClosed(t.lost) {
+		return fmt.Errorf("failed to verify leadership: %w", ErrNotLeader)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.RequestTimeout)
+	defer cancel()
+	pair, _, err := l.c.kv.Get(l.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("failed to verify leadership: failed to read lock %q: %w", l.key, err)
+	}
+	if pair == nil || pair.Session != t.session {
+		return fmt.Errorf("failed to verify leadership: lock %q is not held by session %s: %w", l.key, t.session, ErrNotLeader)
+	}
+	return nil
+}
+
 // Acquire blocks until this instance holds the lock, or ctx ends. The
 // returned channel is closed when leadership is lost (see Leader). The
 // lock outlives ctx: call Release to give it up. It is an error to call

@@ -60,6 +60,44 @@ type agentProc struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan struct{}
+
+	mu  sync.Mutex
+	out []string // every line the agent logged
+}
+
+// logged returns how many of the agent's log lines so far contain all of
+// the given substrings, and the last such line.
+func (p *agentProc) logged(subs ...string) (int, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, last := 0, ""
+next:
+	for _, l := range p.out {
+		for _, s := range subs {
+			if !strings.Contains(l, s) {
+				continue next
+			}
+		}
+		n++
+		last = l
+	}
+	return n, last
+}
+
+// waitLogged waits until the agent logged a line containing all subs and
+// returns it; it fails the test after timeout.
+func (p *agentProc) waitLogged(t *testing.T, timeout time.Duration, subs ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if n, line := p.logged(subs...); n > 0 {
+			return line
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not log a line with %q within %s", subs, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
@@ -67,6 +105,9 @@ func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cmd := exec.Command(polluxBinary(t), "agent", "-config", configPath, "-http-addr", addr, "-log-level", "info")
 	cmd.Env = os.Environ()
+	if e.agentEnv != nil {
+		cmd.Env = e.agentEnv
+	}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
@@ -75,7 +116,11 @@ func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
 	p := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
+			p.mu.Lock()
+			p.out = append(p.out, sc.Text())
+			p.mu.Unlock()
 			t.Logf("[%s] %s", name, sc.Text())
 		}
 	}()

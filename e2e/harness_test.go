@@ -35,6 +35,10 @@ type env struct {
 	kv      *consul.Client
 	log     hclog.Logger
 	jobs    []string
+	// agentEnv is the environment of agent processes (nil: this process's).
+	agentEnv []string
+	// tc is the dedicated cluster, if the test started one.
+	tc *testCluster
 }
 
 var (
@@ -64,10 +68,25 @@ func newEnv(t *testing.T) *env {
 	if clientsErr != nil {
 		t.Fatalf("api clients: %v", clientsErr)
 	}
-	nc, cc := sharedNomad, sharedConsul
+	return setupEnv(t, sharedNomad, sharedConsul, os.Getenv("POLLUX_DEVICE"))
+}
+
+// newEnvOn connects to a dedicated cluster (startCluster); agents started
+// with startAgent get that cluster's addresses.
+func newEnvOn(t *testing.T, c *testCluster) *env {
+	t.Helper()
+	nc, cc := c.apiClients()
+	e := setupEnv(t, nc, cc, c.env["POLLUX_DEVICE"])
+	e.agentEnv = c.environ()
+	e.tc = c
+	return e
+}
+
+func setupEnv(t *testing.T, nc *nomadapi.Client, cc *consulapi.Client, device string) *env {
+	t.Helper()
 	var err error
 	e := &env{
-		t: t, nomad: nc, consul: cc, device: os.Getenv("POLLUX_DEVICE"),
+		t: t, nomad: nc, consul: cc, device: device,
 		prefix: fmt.Sprintf("pollux-e2e/%s-%d/", strings.ReplaceAll(t.Name(), "/", "-"), rand.Uint32()),
 		log:    hclog.New(&hclog.LoggerOptions{Name: "e2e", Level: hclog.Info, Output: testWriter{t}}),
 	}

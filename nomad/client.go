@@ -42,6 +42,20 @@ type Config struct {
 	Namespaces []string
 	// NodePool limits Nodes to the nodes of one node pool. Empty: all.
 	NodePool string
+	// RequestTimeout bounds each call of the jobs.Cluster methods (all the
+	// HTTP requests one ReadJob, Nodes, Apply or Placed makes), so that a
+	// Nomad server that accepts connections but answers nothing fails the
+	// call instead of hanging the round. A blocking ListJobs is bounded by
+	// its wait plus RequestTimeout. Default 15s.
+	RequestTimeout time.Duration
+}
+
+// DefaultRequestTimeout is Config.RequestTimeout's default.
+const DefaultRequestTimeout = 15 * time.Second
+
+// bounded returns ctx limited to the request timeout plus extra.
+func (c *Client) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RequestTimeout+extra)
 }
 
 // Client is the controller's view of Nomad: it implements jobs.Cluster.
@@ -66,6 +80,9 @@ func New(client *api.Client, cfg Config) (*Client, error) {
 	dev, err := parseDevice(cfg.Device)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create nomad client: %w", err)
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	c := &Client{api: client, dev: dev, cfg: cfg, log: cfg.Logger}
 	if c.log == nil {
@@ -116,6 +133,13 @@ func isConflict(err error) bool {
 // blocking query: it returns when the jobs list changes past waitIndex (any
 // job's change wakes it, so callers diff the result) or after wait.
 func (c *Client) ListJobs(ctx context.Context, waitIndex uint64, wait time.Duration) ([]jobs.JobRef, uint64, error) {
+	var extra time.Duration
+	if waitIndex > 0 {
+		extra = cmp.Or(wait, 5*time.Minute)
+		extra += extra / 16 // Nomad's jitter
+	}
+	ctx, cancel := c.bounded(ctx, extra)
+	defer cancel()
 	q := c.query(ctx, "*")
 	q.Filter = taggedFilter
 	q.WaitIndex = waitIndex
@@ -158,6 +182,8 @@ func (c *Client) info(ctx context.Context, ref jobs.JobRef) (*api.Job, error) {
 // be managed is returned with Problem set, not as an error; a job that does
 // not exist gives an error wrapping jobs.ErrNotFound.
 func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
 	ref.Namespace = namespace(ref)
 	job, err := c.info(ctx, ref)
 	if err != nil {
@@ -337,6 +363,8 @@ func (c *Client) deviceIDs(res *api.AllocatedResources) []string {
 // device and the instances held by allocations that are not terminal and
 // belong to jobs the controller does not manage.
 func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
 	q := c.query(ctx, "")
 	q.Params = map[string]string{"resources": "true"}
 	stubs, _, err := c.api.Nodes().List(q)
@@ -428,6 +456,8 @@ func (c *Client) taggedJobs(ctx context.Context) (map[jobs.JobRef]bool, error) {
 // jobs.ErrConflict and nothing is written; a missing job gives
 // jobs.ErrNotFound, an untagged one ErrNotManaged.
 func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
 	ref := ch.Job
 	ref.Namespace = namespace(ref)
 	log := c.log.With("job_id", ref.String())

@@ -27,6 +27,8 @@ const evalWait = 5 * time.Second
 // Nomad accepts such a job and leaves it pending; the controller treats it
 // as a failed reallocation.
 func (c *Client) Placed(ctx context.Context, ref jobs.JobRef, sinceIndex uint64) (ok bool, reason string, err error) {
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
 	ref.Namespace = namespace(ref)
 	var waitIndex uint64
 	var evals []*api.Evaluation

@@ -5,6 +5,19 @@
 #   scripts/cluster.sh down     stop every job, agent and task it started; remove its state
 #   scripts/cluster.sh status   exit 0 when it is up and answering, 1 otherwise
 #
+# Fault injection, for the reliability tests (AGENT is consul, nomad-server
+# or client-<i>):
+#
+#   scripts/cluster.sh stop AGENT     SIGTERM (SIGINT for a client) and wait for it to exit
+#   scripts/cluster.sh kill AGENT     SIGKILL (a client's tasks keep running, as in production)
+#   scripts/cluster.sh start AGENT    start a stopped agent again with its configuration and wait until it is ready
+#   scripts/cluster.sh pause AGENT    SIGSTOP: the agent holds its connections but answers nothing
+#   scripts/cluster.sh resume AGENT   SIGCONT
+#
+# POLLUX_CONSUL_DEV=0 runs Consul as a one-node server with a data dir
+# instead of a dev agent, so its KV store survives `stop consul` + `start
+# consul` (a dev agent keeps everything in memory).
+#
 # One Consul dev agent, one Nomad server and NOMAD_CLIENTS Nomad clients
 # (default 2), each its own process with its own data dir, ports and node name
 # (client-1, client-2, ...). Every client has POLLUX_GPUS_PER_CLIENT (default
@@ -30,6 +43,7 @@ clients=${NOMAD_CLIENTS:-2}
 gpus=${POLLUX_GPUS_PER_CLIENT:-4}
 off=${POLLUX_PORT_OFFSET:-11000}
 ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
+consul_dev=${POLLUX_CONSUL_DEV:-1}
 device=nomad/file/mock
 
 consul_http=$((8500 + off))
@@ -305,6 +319,104 @@ EOF
 
 # --- commands ----------------------------------------------------------------
 
+# launch AGENT: start one agent of the cluster with its configuration.
+launch() {
+  case "$1" in
+    consul)
+      local mode=(-dev)
+      if [ "$(cat "$dir/consul-dev" 2>/dev/null || echo 1)" = 0 ]; then
+        mkdir -p "$dir/consul-data"
+        mode=(-server -bootstrap-expect 1 -data-dir "$dir/consul-data" -ui=false)
+      fi
+      log "starting consul on $(consul_addr) (${mode[*]})"
+      start consul "$dir/consul" "$bin/consul" agent "${mode[@]}" -node pollux-consul \
+        -bind 127.0.0.1 -client 127.0.0.1 \
+        -hcl 'disable_update_check = true' \
+        -hcl "ports { http = $consul_http, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
+      ;;
+    nomad-server)
+      log "starting nomad server on $(nomad_addr)"
+      start nomad-server "$dir/nomad-server" "$bin/nomad" agent -config "$dir/nomad-server.hcl"
+      ;;
+    client-[0-9]*)
+      local i=${1#client-}
+      [ -f "$dir/$1.hcl" ] || die "no agent $1 in this cluster"
+      log "starting nomad $1 (http 127.0.0.1:$(client_port "$i" 0), $gpus x $device in $dir/gpus-$i)"
+      start "$1" "$dir/$1" "$bin/nomad" agent -config "$dir/$1.hcl"
+      ;;
+    *) die "unknown agent $1 (consul, nomad-server or client-<i>)" ;;
+  esac
+}
+
+# wait_ready AGENT: wait until the agent serves (Consul: a leader; Nomad
+# server: a leader; client: ready with all its GPUs healthy).
+wait_ready() {
+  start_time=${start_time:-$SECONDS}
+  case "$1" in
+    consul) wait_for "a consul leader" consul consul_leader ;;
+    nomad-server) wait_for "a nomad leader" nomad-server nomad_leader ;;
+    client-*) wait_for "$1 to be ready with $gpus healthy $device" "$1" client_ready "$1" ;;
+  esac
+}
+
+# do_fault ACTION AGENT: stop, kill, start, pause or resume one agent.
+do_fault() {
+  local action=$1 name=${2:-}
+  [ -n "$name" ] || die "usage: $0 $action AGENT"
+  [ -f "$dir/env" ] || die "cluster not running ($dir/env missing)"
+  agents | grep -qx -- "$name" || die "no agent $name in this cluster (have: $(agents | tr '\n' ' '))"
+  local pid
+  pid=$(pid_of "$name")
+  case "$action" in
+    stop | kill)
+      if ! agent_alive "$name"; then
+        log "$name is not running"
+        return 0
+      fi
+      if [ "$action" = kill ]; then
+        kill -KILL "$pid"
+        while alive "$pid"; do sleep 0.1; done
+      else
+        local sig=TERM
+        case "$name" in client-*) sig=INT ;; esac
+        kill -CONT "$pid" 2>/dev/null || true
+        stop_pids "$sig" 20 "$pid"
+      fi
+      log "$name ${action}ed (pid $pid)"
+      ;;
+    start)
+      if agent_alive "$name"; then
+        log "$name is already running (pid $pid)"
+        return 0
+      fi
+      # A killed agent's ports can stay busy for a few seconds.
+      local deadline=$((SECONDS + 30)) p ports=()
+      case "$name" in
+        consul) ports=("$consul_http" "$consul_server") ;;
+        nomad-server) ports=("$nomad_http" "$nomad_rpc") ;;
+        client-*) ports=("$(client_port "${name#client-}" 0)" "$(client_port "${name#client-}" 1)") ;;
+      esac
+      for p in "${ports[@]}"; do
+        while port_busy "$p" && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
+      done
+      start_time=$SECONDS
+      launch "$name"
+      wait_ready "$name"
+      log "$name started again (pid $(pid_of "$name")) in $((SECONDS - start_time))s"
+      ;;
+    pause)
+      agent_alive "$name" || die "$name is not running"
+      kill -STOP "$pid"
+      log "$name paused (pid $pid)"
+      ;;
+    resume)
+      agent_alive "$name" || die "$name is not running"
+      kill -CONT "$pid"
+      log "$name resumed (pid $pid)"
+      ;;
+  esac
+}
+
 do_status() {
   [ -f "$dir/env" ] || { echo "cluster: not running ($dir/env missing)"; return 1; }
   local a ok=0
@@ -356,23 +468,13 @@ do_up() {
   done
   write_configs
 
-  log "starting consul on $(consul_addr)"
-  start consul "$dir/consul" "$bin/consul" agent -dev -node pollux-consul \
-    -bind 127.0.0.1 -client 127.0.0.1 \
-    -hcl 'disable_update_check = true' \
-    -hcl "ports { http = $consul_http, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
-  wait_for "a consul leader" consul consul_leader
-
-  log "starting nomad server on $(nomad_addr)"
-  start nomad-server "$dir/nomad-server" "$bin/nomad" agent -config "$dir/nomad-server.hcl"
-  for i in $(seq 1 "$clients"); do
-    log "starting nomad client-$i (http 127.0.0.1:$(client_port "$i" 0), $gpus x $device in $dir/gpus-$i)"
-    start "client-$i" "$dir/client-$i" "$bin/nomad" agent -config "$dir/client-$i.hcl"
-  done
-  wait_for "a nomad leader" nomad-server nomad_leader
-  for i in $(seq 1 "$clients"); do
-    wait_for "client-$i to be ready with $gpus healthy $device" "client-$i" client_ready "client-$i"
-  done
+  echo "$consul_dev" >"$dir/consul-dev"
+  launch consul
+  wait_ready consul
+  launch nomad-server
+  for i in $(seq 1 "$clients"); do launch "client-$i"; done
+  wait_ready nomad-server
+  for i in $(seq 1 "$clients"); do wait_ready "client-$i"; done
 
   cat >"$dir/env" <<EOF
 export NOMAD_ADDR=$(nomad_addr)
@@ -389,6 +491,8 @@ do_down() {
     return 0
   fi
   local a pid
+  # 0. A paused agent (cluster.sh pause) answers nothing: resume it first.
+  for a in $(agents); do agent_alive "$a" && kill -CONT "$(pid_of "$a")" 2>/dev/null; done
   # 1. Stop and purge every job, then wait for the allocations to finish, so
   #    that the clients stop their tasks themselves.
   if nomad_leader; then
@@ -479,8 +583,9 @@ case "${1:-}" in
   up) with_lock do_up ;;
   down) with_lock do_down ;;
   status) do_status ;;
+  stop | kill | start | pause | resume) with_lock do_fault "$1" "${2:-}" ;;
   *)
-    echo "usage: $0 up|down|status" >&2
+    echo "usage: $0 up|down|status|stop|kill|start|pause|resume [AGENT]" >&2
     exit 2
     ;;
 esac
