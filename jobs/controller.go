@@ -69,6 +69,11 @@ type Options struct {
 	// Oracle gives the Optimus baseline a job's true remaining work and
 	// step time (only needed with policy "optimus"; nil otherwise).
 	Oracle func(job Job, spec Spec) policy.Oracle
+	// Fence, if set, is called right before a round changes any job; an
+	// error holds every job this round (nothing is applied). The agent
+	// passes the leader lock's check, so that a controller that cannot
+	// show it still holds the lock writes nothing.
+	Fence func(ctx context.Context) error
 }
 
 // Controller runs scheduling rounds. Round is not safe for concurrent use;

@@ -107,7 +107,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tel := jobs.NewTelemetry()
-	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: s.kv, Logger: s.log, Instance: instanceName(), Telemetry: tel})
+	leader := s.kv.Leader()
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: s.kv, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify})
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,6 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer srv.Close()
 		s.log.Info("serving health and metrics", "addr", ln.Addr().String())
 	}
-	leader := s.kv.Leader()
 	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
 	return jobs.RunAgent(ctx, jobs.AgentOptions{
 		Controller: ctrl, Leadership: leader, KV: s.kv, Logger: s.log, Base: s.cfg, Telemetry: tel,
