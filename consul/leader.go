@@ -282,12 +282,14 @@ type lockResult struct {
 func (l *Leader) attempt(ctx context.Context) (*term, error) {
 	cfg := l.c.cfg
 	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	id, _, err := l.c.api.Session().Create(&api.SessionEntry{
 		Name:      "pollux leader " + cfg.Instance,
 		TTL:       cfg.SessionTTL.String(),
 		LockDelay: cfg.LockDelay,
 		Behavior:  api.SessionBehaviorRelease,
-	}, (&api.WriteOptions{}).WithContext(ctx))
+	}, (&api.WriteOptions{}).WithContext(cctx))
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("failed to create session: %w", err)
 	}

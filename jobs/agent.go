@@ -149,7 +149,7 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 		if o.Telemetry != nil {
 			o.Telemetry.SetLeader(true)
 		}
-		o.Controller.Forget()
+		o.Controller.TakeOver(ctx)
 		leadCtx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {

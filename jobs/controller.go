@@ -94,9 +94,16 @@ type Controller struct {
 	polCfg   policy.PolluxConfig
 	baseline policy.Policy
 	oracle   func(job Job, spec Spec) policy.Oracle
+	fence    func(ctx context.Context) error
 	states   map[JobRef]*State
 	round    int64
 	lastTime time.Time
+	// dirty asks the next round to save every job's state (Consul lost
+	// what it had, see TakeOver).
+	dirty bool
+	// kvErr is the round's first failure to reach Consul; once set, the
+	// round makes no further KV calls and changes no job.
+	kvErr error
 }
 
 // New returns a controller with configuration cfg.
@@ -118,7 +125,7 @@ func New(cfg Config, o Options) (*Controller, error) {
 	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
-		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle,
+		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence,
 	}, nil
 }
 
@@ -154,11 +161,88 @@ func (c *Controller) takeConfig() Config {
 }
 
 // Forget drops the in-memory state so the next round reloads it from
-// Consul (used when leadership changes hands).
+// Consul.
 func (c *Controller) Forget() {
 	c.states = map[JobRef]*State{}
 	c.pol = nil
 	c.baseline = nil
+	c.lastTime = time.Time{}
+}
+
+// TakeOver prepares the controller for a new term as leader. Every
+// leader writes its instance name to <prefix>term when its term begins,
+// so the key tells whether anyone else led since this controller's last
+// term. If nobody did (it lost the lock to a Consul outage, say), it keeps
+// what it knows: fitted models, restart counts, pending writes and its GA
+// population. If Consul has no term key at all (its data was lost), it
+// keeps its memory too and saves every job's state again in the next
+// round. Otherwise another controller led in between, and it reloads
+// everything from Consul. Round numbers go on from the last status.
+func (c *Controller) TakeOver(ctx context.Context) {
+	prev, _, err := c.kv.Get(ctx, TermKey)
+	switch {
+	case err == nil && string(prev) == c.instance && len(c.states) > 0:
+		c.log.Info("resuming as leader with the state in memory: nobody led in between", "round", c.round, "jobs", len(c.states))
+	case errors.Is(err, ErrNotFound) && len(c.states) > 0:
+		c.log.Warn("consul has lost the leader's records; keeping the state in memory and saving it again", "jobs", len(c.states))
+		c.dirty = true
+	default:
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			c.log.Warn("failed to read the last term; reloading state from consul", "error", err)
+		}
+		c.Forget()
+	}
+	if err := c.kv.Put(ctx, TermKey, []byte(c.instance)); err != nil {
+		c.log.Warn("failed to record the term", "error", err)
+	}
+	if raw, _, err := c.kv.Get(ctx, "status"); err == nil {
+		var st Status
+		if json.Unmarshal(raw, &st) == nil {
+			c.round = max(c.round, st.Round)
+		}
+	}
+	c.lastTime = time.Time{}
+}
+
+// TermKey is the KV key (under the prefix) naming the instance whose
+// leadership term began last.
+const TermKey = "term"
+
+// kvGet reads a key unless Consul already failed this round. A failure
+// other than a missing key is remembered in kvErr.
+func (c *Controller) kvGet(ctx context.Context, key string) ([]byte, uint64, error) {
+	if c.kvErr != nil {
+		return nil, 0, c.kvErr
+	}
+	raw, idx, err := c.kv.Get(ctx, key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		c.kvFailed(err)
+	}
+	return raw, idx, err
+}
+
+// kvPut writes a key unless Consul already failed this round.
+func (c *Controller) kvPut(ctx context.Context, key string, value []byte) error {
+	if c.kvErr != nil {
+		return c.kvErr
+	}
+	err := c.kv.Put(ctx, key, value)
+	if err != nil {
+		c.kvFailed(err)
+	}
+	return err
+}
+
+// kvDown reports whether err is the round's Consul failure, already
+// logged once by kvFailed.
+func (c *Controller) kvDown(err error) bool { return c.kvErr != nil && errors.Is(err, c.kvErr) }
+
+func (c *Controller) kvFailed(err error) {
+	if c.kvErr == nil {
+		c.kvErr = fmt.Errorf("consul unreachable this round: %w", err)
+		c.log.Warn("consul failed; holding every job this round (no change without state and leadership checks)", "error", err)
+		c.metrics.incError("consul")
+	}
 }
 
 // policyFor returns the policy for cfg, keeping its state (the GA's
@@ -211,6 +295,9 @@ type entry struct {
 	state *State
 	fit   *model.GoodputFunc
 	st    *JobStatus
+	// held, if set, says why the job keeps its allocation this round
+	// (its state could not be read, ...).
+	held string
 }
 
 // Round runs one scheduling round: snapshot, fit, optimise, diff, apply
@@ -219,6 +306,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	cfg := c.takeConfig()
 	start := c.now()
 	c.round++
+	c.kvErr = nil
 	status := &Status{Round: c.round, Time: start.UTC(), Instance: c.instance, DryRun: cfg.DryRun || !apply, Timings: map[string]float64{}}
 	lap := func(name string, t0 time.Time) {
 		ms := float64(c.now().Sub(t0).Microseconds()) / 1000
@@ -231,12 +319,21 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
 	if err != nil {
 		c.metrics.incError("list_jobs")
-		return nil, fmt.Errorf("failed to list jobs: %w", err)
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	nodes, err := c.cluster.Nodes(ctx)
 	if err != nil {
 		c.metrics.incError("list_nodes")
-		return nil, fmt.Errorf("failed to list nodes: %w", err)
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	listed := make(map[JobRef]bool, len(refs))
+	for _, r := range refs {
+		listed[r] = true
+	}
+	for r := range c.states {
+		if !listed[r] {
+			delete(c.states, r) // deleted or untagged; its keys in Consul stay
+		}
 	}
 	var entries []*entry
 	var stats []*JobStatus
@@ -285,10 +382,30 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 
 	// 2. Load state and refit models from new metrics.
 	t0 = c.now()
+	scheduled := entries[:0]
 	for _, e := range entries {
-		e.state = c.loadState(ctx, e.job.JobRef)
+		s, err := c.loadState(ctx, e.job.JobRef)
+		if err != nil {
+			// Without its state the job's restarts, pending write and model
+			// are unknown: hold it as it is rather than guess.
+			for _, r := range e.job.Running {
+				held[r.Node] += r.GPUs
+			}
+			e.st.State, e.st.Error = StateError, "held: "+err.Error()
+			continue
+		}
+		e.state = s
+		c.reconcile(ctx, e)
 		c.refit(ctx, e)
+		if c.dirty {
+			c.saveState(ctx, e.job.JobRef, e.state)
+		}
 		e.st.State = StateScheduled
+		scheduled = append(scheduled, e)
+	}
+	entries = scheduled
+	if c.kvErr == nil {
+		c.dirty = false
 	}
 	lap("fit", t0)
 
@@ -316,8 +433,9 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	}
 	next := policy.Allocations{}
 	if len(in.Jobs) > 0 {
-		next, err = pol.Optimize(ctx, in)
+		next, err = optimizeSafely(ctx, pol, in)
 		if err != nil {
+			c.metrics.incError("optimize")
 			return nil, fmt.Errorf("failed to optimize: %w", err)
 		}
 	}
@@ -333,8 +451,29 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	// (Nomad retries a blocked placement by itself, but later).
 	growth := func(e *entry) int { return len(next[e.job.JobRef.String()]) - len(AllocOf(e.job.Placement)) }
 	sort.SliceStable(entries, func(i, j int) bool { return growth(entries[i]) < growth(entries[j]) })
-	for _, e := range entries {
-		c.settle(ctx, cfg, apply, e, next[e.job.JobRef.String()], status)
+	// Change nothing that cannot be vouched for: Consul must have answered
+	// every call of this round, and the lock must still be ours.
+	hold := ""
+	if c.kvErr != nil {
+		hold = c.kvErr.Error()
+	} else if c.fence != nil && apply && !cfg.DryRun {
+		if err := c.fence(ctx); err != nil {
+			hold = err.Error()
+			c.metrics.incError("fence")
+		}
+	}
+	if hold != "" {
+		status.Errors = append(status.Errors, "no job changed this round: "+hold)
+		c.log.Warn("holding every job this round", "reason", hold)
+	}
+	for i, e := range entries {
+		if ctx.Err() != nil {
+			// Shutting down or lost the lock: the writes done so far are
+			// recorded; the rest are left for the next leader's round.
+			c.log.Info("round interrupted; leaving the remaining jobs as they are", "applied", i, "left", len(entries)-i, "error", ctx.Err())
+			break
+		}
+		c.settle(ctx, cfg, apply, e, next[e.job.JobRef.String()], status, hold)
 	}
 	lap("apply", t0)
 	lap("total", start)
@@ -343,13 +482,29 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 		status.Jobs = append(status.Jobs, *st)
 	}
 	c.metrics.observeRound(status)
+	// An interrupted round still records what it did (and its number, so
+	// that the next leader's rounds go on from it).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	if raw, err := json.Marshal(status); err == nil {
-		if err := c.kv.Put(ctx, "status", raw); err != nil {
+		if err := c.kvPut(sctx, "status", raw); err != nil && !c.kvDown(err) {
 			c.log.Warn("failed to write status", "error", err)
 			c.metrics.incError("write_status")
 		}
 	}
 	return status, nil
+}
+
+// optimizeSafely runs the policy and turns a panic (a bug, or input the
+// policy did not foresee) into an error, so that one bad round holds the
+// jobs as they are instead of bringing the controller down.
+func optimizeSafely(ctx context.Context, pol policy.Policy, in policy.Input) (out policy.Allocations, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("policy %s panicked: %v", pol.Name(), r)
+		}
+	}()
+	return pol.Optimize(ctx, in)
 }
 
 // readConcurrency bounds the parallel job reads of a round's snapshot.
@@ -376,13 +531,14 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 }
 
 // loadState returns the job's state from memory, else from Consul, else
-// a fresh one.
-func (c *Controller) loadState(ctx context.Context, ref JobRef) *State {
+// (no key, or an unreadable one) a fresh one. It fails only when Consul
+// cannot be read: a fresh state then would overwrite the real one.
+func (c *Controller) loadState(ctx context.Context, ref JobRef) (*State, error) {
 	if s, ok := c.states[ref]; ok {
-		return s
+		return s, nil
 	}
 	s := &State{Version: stateVersion}
-	raw, _, err := c.kv.Get(ctx, stateKey(ref))
+	raw, _, err := c.kvGet(ctx, stateKey(ref))
 	switch {
 	case err == nil:
 		if loaded, perr := parseState(raw); perr != nil {
@@ -393,21 +549,53 @@ func (c *Controller) loadState(ctx context.Context, ref JobRef) *State {
 		}
 	case errors.Is(err, ErrNotFound):
 	default:
-		c.log.Warn("failed to read state", "job_id", ref.String(), "error", err)
+		return nil, fmt.Errorf("failed to read state: %w", err)
 	}
 	c.states[ref] = s
-	return s
+	return s, nil
+}
+
+// reconcile settles a write recorded as pending (the controller that made
+// it died, or its answer was lost): if the job now has the pending
+// placement at a newer index, the write happened and its bookkeeping is
+// completed; otherwise it did not, and this round decides afresh.
+func (c *Controller) reconcile(ctx context.Context, e *entry) {
+	p := e.state.Pending
+	if p == nil {
+		return
+	}
+	log := c.log.With("job_id", e.job.JobRef.String(), "pending_round", p.Round)
+	if e.job.JobModifyIndex != p.ReadIndex && SamePlacement(PlacementOf(p.Allocation), e.job.Placement) {
+		c.commit(e.state, p.Allocation, p.Decision, e.job.JobModifyIndex, p.At)
+		log.Info("completed the bookkeeping of an interrupted write: the job has its new placement", "placement", FormatPlacement(e.job.Placement), "job_modify_index", e.job.JobModifyIndex)
+	} else {
+		e.state.Pending = nil
+		log.Info("an interrupted write did not happen; deciding again", "read_index", p.ReadIndex, "job_modify_index", e.job.JobModifyIndex)
+	}
+	c.saveState(ctx, e.job.JobRef, e.state)
+}
+
+// commit records an applied write in a job's state.
+func (c *Controller) commit(s *State, alloc []string, d *Decision, index uint64, at time.Time) {
+	if len(s.Allocation) > 0 {
+		s.Restarts++
+	}
+	s.Allocation = alloc
+	s.Decision = d
+	s.AppliedIndex = index
+	s.AppliedAt = at
+	s.Pending = nil
 }
 
 // refit reads the job's metrics document and refits the model when the
 // document is new. A bad document keeps the previous fit.
 func (c *Controller) refit(ctx context.Context, e *entry) {
 	ref := e.job.JobRef
-	raw, idx, err := c.kv.Get(ctx, metricsKey(ref))
+	raw, idx, err := c.kvGet(ctx, metricsKey(ref))
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
-		c.log.Warn("failed to read metrics", "job_id", ref.String(), "error", err)
+		c.log.Debug("failed to read metrics; keeping the previous model", "job_id", ref.String(), "error", err)
 		c.metrics.incError("read_metrics")
 	case idx != e.state.MetricsIndex:
 		doc, perr := metrics.Parse(raw)
@@ -441,15 +629,21 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 	}
 }
 
-func (c *Controller) saveState(ctx context.Context, ref JobRef, s *State) {
+// saveState persists a job's state; it reports whether the write
+// succeeded.
+func (c *Controller) saveState(ctx context.Context, ref JobRef, s *State) bool {
 	raw, err := json.Marshal(s)
 	if err == nil {
-		err = c.kv.Put(ctx, stateKey(ref), raw)
+		err = c.kvPut(ctx, stateKey(ref), raw)
 	}
 	if err != nil {
-		c.log.Warn("failed to persist state", "job_id", ref.String(), "error", err)
-		c.metrics.incError("write_state")
+		if !c.kvDown(err) {
+			c.log.Warn("failed to persist state", "job_id", ref.String(), "error", err)
+			c.metrics.incError("write_state")
+		}
+		return false
 	}
+	return true
 }
 
 // input builds the policy's view of the cluster.
@@ -512,7 +706,7 @@ func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []
 
 // settle compares the policy's allocation for one job with the job's spec,
 // applies a change with check-and-set, and publishes the decision.
-func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entry, alloc []string, status *Status) {
+func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entry, alloc []string, status *Status, hold string) {
 	ref := e.job.JobRef
 	log := c.log.With("job_id", ref.String())
 	want := PlacementOf(alloc)
@@ -533,15 +727,36 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		log.Info("would reallocate (dry run)", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize)
 		return
 	}
-	idx, err := c.cluster.Apply(ctx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta()})
+	if hold != "" {
+		e.st.Error = "held: " + hold
+		return
+	}
+	// A write that has begun is finished and recorded even if the round is
+	// cancelled (SIGTERM, lost lock) meanwhile: a request cut off half-way
+	// would leave the outcome unknown. The check-and-set keeps it safe.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
+	defer cancel()
+	// Write-ahead: record the intent, so that whoever runs the next round
+	// can tell whether this write happened if this process dies during it.
+	e.state.Pending = &PendingApply{Round: c.round, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
+	if !c.saveState(actx, ref, e.state) {
+		e.state.Pending = nil
+		e.st.Error = "held: cannot record the write in consul first"
+		return
+	}
+	idx, err := c.cluster.Apply(actx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta()})
 	switch {
 	case errors.Is(err, ErrConflict):
 		e.st.Conflict = true
 		status.Conflicts++
 		c.metrics.incConflict()
+		e.state.Pending = nil
+		c.saveState(actx, ref, e.state)
 		log.Warn("job changed since it was read; keeping the operator's version and deciding again next round", "read_index", e.job.JobModifyIndex)
 		return
 	case err != nil:
+		// Pending stays: the write may have happened (a timeout), and the
+		// next round's reconcile tells.
 		e.st.Error = err.Error()
 		status.Errors = append(status.Errors, fmt.Sprintf("%s: %v", ref, err))
 		c.metrics.incError("apply")
@@ -549,18 +764,15 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		return
 	}
 	e.st.Applied = true
-	if len(e.state.Allocation) > 0 {
-		e.state.Restarts++
-	}
-	e.state.Allocation = alloc
-	e.state.Decision = &d
-	e.state.AppliedIndex = idx
-	e.state.AppliedAt = c.now()
-	c.saveState(ctx, ref, e.state)
-	c.publish(ctx, ref, d)
+	c.commit(e.state, alloc, &d, idx, c.now())
+	c.saveState(actx, ref, e.state)
+	c.publish(actx, ref, d)
 	log.Info("reallocated", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize,
 		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
 }
+
+// applyTimeout bounds one job's write with its bookkeeping.
+const applyTimeout = 30 * time.Second
 
 // placementGrace is how long after an apply a job may still wait for
 // Nomad to place it before the controller reports it.
@@ -617,9 +829,9 @@ func SamePerNode(a, b []NodeGPUs) bool {
 func (c *Controller) publish(ctx context.Context, ref JobRef, d Decision) {
 	raw, err := json.Marshal(d)
 	if err == nil {
-		err = c.kv.Put(ctx, decisionKey(ref), raw)
+		err = c.kvPut(ctx, decisionKey(ref), raw)
 	}
-	if err != nil {
+	if err != nil && !c.kvDown(err) {
 		c.log.Warn("failed to publish decision", "job_id", ref.String(), "error", err)
 		c.metrics.incError("write_decision")
 	}

@@ -41,6 +41,26 @@ type State struct {
 	AttainedService float64 `json:"attained_service"`
 	// MetricsError is the reason the latest metrics document was rejected.
 	MetricsError string `json:"metrics_error,omitempty"`
+	// Pending is a write to the job that was decided and recorded but not
+	// yet confirmed: the controller saves it before it rewrites the job and
+	// clears it after. A controller that finds it set (the previous leader
+	// died, or a write timed out) looks at the job to tell whether the
+	// write happened, and completes or drops the bookkeeping.
+	Pending *PendingApply `json:"pending,omitempty"`
+}
+
+// PendingApply is one recorded, unconfirmed rewrite of a job.
+type PendingApply struct {
+	// Round is the round that decided it.
+	Round int64 `json:"round"`
+	// ReadIndex is the JobModifyIndex the job was read at; the write was a
+	// check-and-set against it.
+	ReadIndex uint64 `json:"read_index"`
+	// Allocation and Decision are what the write sets.
+	Allocation []string  `json:"allocation"`
+	Decision   *Decision `json:"decision"`
+	// At is when it was recorded.
+	At time.Time `json:"at"`
 }
 
 // parseState decodes a persisted state, rejecting other versions and

@@ -379,7 +379,9 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.maxNodes = int32(min(cfg.MaxNodesPerJob, cols))
 	pr.scale = float64(cols) / float64(total)
 	fairK := (total + rows - 1) / rows
-	fairN := (cols + total - 1) / total
+	// A job cannot span more nodes than it has GPUs: with fewer free GPUs
+	// than nodes, ceil(#nodes·d) exceeds K_f, so N_f is capped at K_f.
+	fairN := min((cols+total-1)/total, fairK)
 	pr.fairK = float64(fairK)
 
 	pr.capacity = gaGrow(pr.capacity, cols)

@@ -488,3 +488,36 @@ func ExamplePolluxPolicy_Optimize() {
 	// linear [n00 n00 n00]
 	// fitness 0.309
 }
+
+// strictModel is a goodput model that, like model.GoodputCache, refuses a
+// configuration with more nodes than GPUs.
+type strictModel struct{ policytest.Synthetic }
+
+func (s strictModel) Goodput(nodes, replicas int) float64 {
+	if nodes > replicas {
+		panic(fmt.Sprintf("goodput asked for %d nodes holding %d GPUs", nodes, replicas))
+	}
+	return s.Synthetic.Goodput(nodes, replicas)
+}
+
+func TestPolluxFewerFreeGPUsThanNodes(t *testing.T) {
+	// Four nodes with one free GPU among them (the rest held by jobs the
+	// controller does not schedule): the fair-share base must not ask a
+	// model for a configuration spanning more nodes than GPUs.
+	nodes := []policy.Node{
+		policytest.Node("a").GPUs(1).Build(), policytest.Node("b").GPUs(0).Build(),
+		policytest.Node("c").GPUs(0).Build(), policytest.Node("d").GPUs(0).Build(),
+	}
+	jobs := policytest.Jobs(
+		policytest.Job("j1").GPUs(1, 4).Goodput(strictModel{policytest.Linear()}).Age(1e6),
+		policytest.Job("j2").GPUs(1, 4).Goodput(strictModel{policytest.Linear()}).Age(1e6).Submitted(1),
+	)
+	in := policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes}
+	got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1}), in)
+	if err := policytest.Check(in, got, policytest.CheckOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got["j1"]) + len(got["j2"]); n != 1 {
+		t.Errorf("allocated %d GPUs, want the one free GPU used: %v", n, got)
+	}
+}

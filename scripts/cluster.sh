@@ -364,7 +364,9 @@ do_fault() {
   local action=$1 name=${2:-}
   [ -n "$name" ] || die "usage: $0 $action AGENT"
   [ -f "$dir/env" ] || die "cluster not running ($dir/env missing)"
-  agents | grep -qx -- "$name" || die "no agent $name in this cluster (have: $(agents | tr '\n' ' '))"
+  local all
+  all=" $(agents | tr '\n' ' ')"
+  case "$all" in *" $name "*) ;; *) die "no agent $name in this cluster (have:$all)" ;; esac
   local pid
   pid=$(pid_of "$name")
   case "$action" in
@@ -382,7 +384,7 @@ do_fault() {
         kill -CONT "$pid" 2>/dev/null || true
         stop_pids "$sig" 20 "$pid"
       fi
-      log "$name ${action}ed (pid $pid)"
+      log "$name $([ "$action" = kill ] && echo killed || echo stopped) (pid $pid)"
       ;;
     start)
       if agent_alive "$name"; then
