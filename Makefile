@@ -42,9 +42,22 @@ check: lint ## lint + dependency direction (pure packages import no Nomad/Consul
 bench: ## Go benchmarks (model fitting, goodput, policy rounds at 64/256/1024 GPUs)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=20x ./model/ ./policy/ ./apps/
 
+# Every fuzz target as package:Target; `go test -fuzz` takes one target per run.
+FUZZ_TARGETS := \
+	./jobs/:FuzzParseSpec ./jobs/:FuzzMergeJSON ./jobs/:FuzzParseState \
+	./metrics/:FuzzParse ./workload/:FuzzParse \
+	./apps/:FuzzLoadPlacements ./apps/:FuzzLoadScalability ./apps/:FuzzLoadValidation \
+	./apps/internal/delaunay/:FuzzReadQhull
+
 fuzz: ## run each fuzz target for FUZZTIME
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./workload/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./metrics/
+	@n=$$(grep -rh --include='*_test.go' '^func Fuzz' . | wc -l); \
+	  if [ $$n -ne $(words $(FUZZ_TARGETS)) ]; then echo "fuzz: $$n fuzz targets in the tree, $(words $(FUZZ_TARGETS)) in FUZZ_TARGETS"; exit 1; fi
+	@failed=; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t#*:}; \
+	  echo "== $$pkg $$name ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 fidelity: ## per-workload deviation of Tiresias/Optimus from the published JCTs
 	$(GO) test -count=1 -run 'TestFidelity' -v -timeout 60m ./sim/

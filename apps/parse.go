@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // table is a parsed CSV file: the named columns of every data row, and the
@@ -21,7 +22,9 @@ type table struct {
 }
 
 // readTable reads the CSV file at path in fsys, requiring the named columns
-// (in any order; other columns are ignored) and at least one data row.
+// (in any order, each once; other columns are ignored; a UTF-8 byte order
+// mark is skipped) and at least one data row. Errors read "path:line:
+// reason" and quote at most 40 bytes of a field (200 of a header).
 func readTable(fsys fs.FS, path string, required ...string) (*table, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
@@ -36,15 +39,23 @@ func readTable(fsys fs.FS, path string, required ...string) (*table, error) {
 		return nil, fmt.Errorf("%s: empty file", path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, csvError(path, err)
+	}
+	hline, _ := r.FieldPos(0)
+	if len(header) > 0 {
+		header[0] = strings.TrimPrefix(header[0], "\ufeff") // a UTF-8 byte order mark
 	}
 	t := &table{name: path, cols: map[string]int{}}
 	for i, h := range header {
-		t.cols[strings.TrimSpace(h)] = i
+		h = strings.TrimSpace(h)
+		if j, dup := t.cols[h]; dup && h != "" {
+			return nil, fmt.Errorf("%s:%d: column %q twice in the header (columns %d and %d)", path, hline, truncate(h), j+1, i+1)
+		}
+		t.cols[h] = i
 	}
 	for _, c := range required {
 		if _, ok := t.cols[c]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q in header %q", path, c, strings.Join(header, ","))
+			return nil, fmt.Errorf("%s:%d: missing column %q in header %q", path, hline, c, shorten(strings.Join(header, ","), maxQuotedHeader))
 		}
 	}
 	for {
@@ -53,7 +64,7 @@ func readTable(fsys fs.FS, path string, required ...string) (*table, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, csvError(path, err)
 		}
 		line, _ := r.FieldPos(0)
 		if len(rec) != len(header) {
@@ -68,6 +79,38 @@ func readTable(fsys fs.FS, path string, required ...string) (*table, error) {
 	return t, nil
 }
 
+// csvError formats an encoding/csv error as "path:line: reason".
+func csvError(path string, err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s:%d: %w", path, pe.Line, pe.Err)
+	}
+	return fmt.Errorf("failed to read %s: %w", path, err)
+}
+
+// Bounds of the quoted input in error messages, so that a hostile file
+// (a megabyte-long field) gives a short message.
+const (
+	maxQuoted       = 40
+	maxQuotedHeader = 200
+)
+
+// truncate shortens a quoted field to maxQuoted bytes (see shorten).
+func truncate(s string) string { return shorten(s, maxQuoted) }
+
+// shorten cuts s to at most n bytes at a rune boundary, marking a cut with
+// "...".
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
 // str returns column col of row i.
 func (t *table) str(i int, col string) string {
 	return strings.TrimSpace(t.rows[i][t.cols[col]])
@@ -77,8 +120,11 @@ func (t *table) str(i int, col string) string {
 func (t *table) float(i int, col string) (float64, error) {
 	s := t.str(i, col)
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%s:%d: %s: not a number %q", t.name, t.lines[i], col, s)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%s:%d: %s: not a finite number %q", t.name, t.lines[i], col, truncate(s))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s:%d: %s: not a number %q", t.name, t.lines[i], col, truncate(s))
 	}
 	return v, nil
 }
@@ -96,8 +142,11 @@ func (t *table) nonNegative(i int, col string) (float64, error) {
 func (t *table) positiveInt(i int, col string) (int, error) {
 	s := t.str(i, col)
 	v, err := strconv.Atoi(s)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("%s:%d: %s: integer out of range %q", t.name, t.lines[i], col, truncate(s))
+	}
 	if err != nil {
-		return 0, fmt.Errorf("%s:%d: %s: not an integer %q", t.name, t.lines[i], col, s)
+		return 0, fmt.Errorf("%s:%d: %s: not an integer %q", t.name, t.lines[i], col, truncate(s))
 	}
 	if v < 1 {
 		return 0, fmt.Errorf("%s:%d: %s: want a positive integer, got %d", t.name, t.lines[i], col, v)
@@ -132,7 +181,7 @@ func readPlacements(fsys fs.FS, path string) ([]placementRow, error) {
 		r := &out[i]
 		r.placement = t.str(i, "placement")
 		if r.placement == "" || strings.Trim(r.placement, "123456789") != "" {
-			return nil, fmt.Errorf("%s:%d: placement: want digits 1-9 (GPUs per node), got %q", path, t.lines[i], r.placement)
+			return nil, fmt.Errorf("%s:%d: placement: want digits 1-9 (GPUs per node), got %q", path, t.lines[i], truncate(r.placement))
 		}
 		if r.localBsz, err = t.positiveInt(i, "local_bsz"); err != nil {
 			return nil, err
@@ -167,6 +216,9 @@ func readScalability(fsys fs.FS, path string) ([]scalabilityRow, error) {
 		if r.numReplicas, err = t.positiveInt(i, "num_replicas"); err != nil {
 			return nil, err
 		}
+		if r.numReplicas < r.numNodes {
+			return nil, fmt.Errorf("%s:%d: num_replicas: %d is below num_nodes %d", path, t.lines[i], r.numReplicas, r.numNodes)
+		}
 		if r.localBsz, err = t.positiveInt(i, "local_bsz"); err != nil {
 			return nil, err
 		}
@@ -194,18 +246,29 @@ func readValidation(fsys fs.FS, path string, batchSize int) (*validationRun, err
 		return nil, err
 	}
 	v := &validationRun{batchSize: batchSize}
+	// The metric may be anything; the other columns are non-negative, and
+	// progress and iteration are cumulative.
 	cols := []struct {
-		name string
-		dst  *[]float64
+		name       string
+		dst        *[]float64
+		nonNeg     bool
+		cumulative bool
 	}{
-		{"progress", &v.progress}, {"iteration", &v.iteration}, {"metric", &v.metric},
-		{"grad_sqr", &v.gradSqr}, {"grad_var", &v.gradVar},
+		{"progress", &v.progress, true, true}, {"iteration", &v.iteration, true, true}, {"metric", &v.metric, false, false},
+		{"grad_sqr", &v.gradSqr, true, false}, {"grad_var", &v.gradVar, true, false},
 	}
 	for i := range t.rows {
 		for _, c := range cols {
-			x, err := t.float(i, c.name)
+			parse := t.float
+			if c.nonNeg {
+				parse = t.nonNegative
+			}
+			x, err := parse(i, c.name)
 			if err != nil {
 				return nil, err
+			}
+			if n := len(*c.dst); c.cumulative && n > 0 && x < (*c.dst)[n-1] {
+				return nil, fmt.Errorf("%s:%d: %s: %v is below the previous row's %v (the column is cumulative)", path, t.lines[i], c.name, x, (*c.dst)[n-1])
 			}
 			*c.dst = append(*c.dst, x)
 		}

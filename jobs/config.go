@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"time"
@@ -86,16 +87,26 @@ type configDoc struct {
 
 // MergeJSON applies the fields present in a JSON configuration document
 // to c and validates the result. Unknown fields, bad durations and invalid
-// values are errors naming the field; on error c is unchanged.
+// values are errors naming the field; an empty document, null, a
+// truncated document and trailing data are errors too, located at a byte
+// offset. Messages quote at most a few hundred bytes of the input. On
+// error c is unchanged.
 func (c Config) MergeJSON(data []byte) (Config, error) {
+	if len(bytes.Trim(data, jsonSpace)) == 0 {
+		return c, errors.New("failed to parse configuration: empty document (want a JSON object; {} changes nothing)")
+	}
+	if string(bytes.Trim(data, jsonSpace)) == "null" {
+		return c, errors.New("failed to parse configuration: want a JSON object, got null")
+	}
 	var d configDoc
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return c, fmt.Errorf("failed to parse configuration: %w", err)
+		return c, fmt.Errorf("failed to parse configuration: %w", jsonError(err, dec.InputOffset(), len(data)))
 	}
-	if dec.More() {
-		return c, errors.New("failed to parse configuration: trailing data after the JSON object")
+	// Not dec.More, which does not see a stray ] or }.
+	if rest := bytes.Trim(data[dec.InputOffset():], jsonSpace); len(rest) > 0 {
+		return c, fmt.Errorf("failed to parse configuration: trailing data after the JSON object at byte %d: %q", dec.InputOffset(), truncate(string(rest)))
 	}
 	out := c
 	var errs []error
@@ -105,7 +116,8 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 		}
 		v, err := time.ParseDuration(*s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			// Not err, which quotes the whole value.
+			errs = append(errs, fmt.Errorf("%s: want a duration such as \"60s\" or \"1m30s\", got %q", name, truncate(*s)))
 			return
 		}
 		*dst = v
@@ -165,23 +177,26 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Interval < time.Second {
-		errs = append(errs, fmt.Errorf("interval: must be at least 1s, got %s", c.Interval))
+	if c.Interval < time.Second || c.Interval > maxConfigDuration {
+		errs = append(errs, fmt.Errorf("interval: must be in [1s, %s], got %s", maxConfigDuration, c.Interval))
 	}
 	if c.FairnessP == 0 || math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > 100 {
 		errs = append(errs, fmt.Errorf("fairness_p: must be non-zero with |p| ≤ 100, got %g", c.FairnessP))
 	}
-	if c.RestartPenalty < 0 {
-		errs = append(errs, fmt.Errorf("restart_penalty: must not be negative, got %s", c.RestartPenalty))
+	if c.RestartPenalty < 0 || c.RestartPenalty > maxConfigDuration {
+		errs = append(errs, fmt.Errorf("restart_penalty: must be in [0s, %s], got %s", maxConfigDuration, c.RestartPenalty))
 	}
-	if parts := strings.Split(c.Device, "/"); len(parts) < 2 || len(parts) > 3 || slicesHasEmpty(parts) {
-		errs = append(errs, fmt.Errorf("device: want vendor/type or vendor/type/name, got %q", c.Device))
+	if parts := strings.Split(c.Device, "/"); len(c.Device) > maxConfigString || len(parts) < 2 || len(parts) > 3 || slicesHasEmpty(parts) {
+		errs = append(errs, fmt.Errorf("device: want vendor/type or vendor/type/name, got %q", truncate(c.Device)))
 	}
-	if c.MaxGPUsPerJob < 0 {
-		errs = append(errs, fmt.Errorf("max_gpus_per_job: must not be negative, got %d", c.MaxGPUsPerJob))
+	if len(c.NodePool) > maxConfigString {
+		errs = append(errs, fmt.Errorf("node_pool: at most %d bytes, got %d", maxConfigString, len(c.NodePool)))
 	}
-	if c.KVPrefix == "" || !strings.HasSuffix(c.KVPrefix, "/") || strings.HasPrefix(c.KVPrefix, "/") {
-		errs = append(errs, fmt.Errorf("kv_prefix: must be non-empty, end with / and not start with /, got %q", c.KVPrefix))
+	if c.MaxGPUsPerJob < 0 || c.MaxGPUsPerJob > maxMetaValue {
+		errs = append(errs, fmt.Errorf("max_gpus_per_job: must be in [0, %d], got %d", maxMetaValue, c.MaxGPUsPerJob))
+	}
+	if c.KVPrefix == "" || len(c.KVPrefix) > maxConfigString || !strings.HasSuffix(c.KVPrefix, "/") || strings.HasPrefix(c.KVPrefix, "/") {
+		errs = append(errs, fmt.Errorf("kv_prefix: must be non-empty, at most %d bytes, end with / and not start with /, got %q", maxConfigString, truncate(c.KVPrefix)))
 	}
 	if c.Population < 2 || c.Population > 10000 {
 		errs = append(errs, fmt.Errorf("ga.population: must be in [2, 10000], got %d", c.Population))
@@ -192,13 +207,64 @@ func (c Config) Validate() error {
 	switch c.Policy {
 	case "pollux", "tiresias", "optimus":
 	default:
-		errs = append(errs, fmt.Errorf("policy: want pollux, tiresias or optimus, got %q", c.Policy))
+		errs = append(errs, fmt.Errorf("policy: want pollux, tiresias or optimus, got %q", truncate(c.Policy)))
 	}
-	if c.ExploreFactor < 1 {
-		errs = append(errs, fmt.Errorf("explore_factor: must be at least 1, got %d", c.ExploreFactor))
+	if c.ExploreFactor < 1 || c.ExploreFactor > maxExploreFactor {
+		errs = append(errs, fmt.Errorf("explore_factor: must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor))
 	}
 	return errors.Join(errs...)
 }
+
+// Bounds of configuration values beyond which a value is certainly a
+// mistake (and, for explore_factor, a GPU cap could overflow).
+const (
+	maxConfigDuration = 24 * time.Hour
+	maxConfigString   = 256
+	maxExploreFactor  = 1 << 10
+)
+
+// jsonSpace is the white space JSON allows between tokens.
+const jsonSpace = " \t\r\n"
+
+// maxJSONError bounds the message of a JSON decoding error: encoding/json
+// quotes unknown field names and number literals whole.
+const maxJSONError = 200
+
+// jsonError makes a decoding error of an n-byte input short and locates
+// it: at its byte offset when encoding/json knows it, else at off, where
+// decoding stopped. A syntax error at the very end is reported as the end
+// of the input (encoding/json would blame an invisible space after a cut
+// number). The original error stays available to errors.As.
+func jsonError(err error, off int64, n int) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn) && atEnd(syn, n):
+		return &shortError{msg: fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", syn.Offset), err: err}
+	case errors.As(err, &syn):
+		off = syn.Offset
+	case errors.As(err, &typ):
+		off = typ.Offset
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &shortError{msg: fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", n), err: err}
+	}
+	return &shortError{msg: fmt.Sprintf("at byte %d: %s", off, shorten(err.Error(), maxJSONError)), err: err}
+}
+
+// atEnd reports whether a syntax error of an n-byte input is its end:
+// encoding/json reports a cut number as an invalid space at offset n.
+func atEnd(syn *json.SyntaxError, n int) bool {
+	return syn.Offset >= int64(n) && (strings.HasPrefix(syn.Error(), "unexpected end") || strings.HasPrefix(syn.Error(), "invalid character ' '"))
+}
+
+// shortError is an error whose message is a bounded rendering of err's.
+type shortError struct {
+	msg string
+	err error
+}
+
+func (e *shortError) Error() string { return e.msg }
+func (e *shortError) Unwrap() error { return e.err }
 
 func slicesHasEmpty(parts []string) bool {
 	for _, p := range parts {

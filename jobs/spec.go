@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pollux-nomad/pollux/model"
 )
@@ -38,6 +39,11 @@ const (
 // count is certainly a typo.
 const maxMetaValue = 1 << 24
 
+// maxInitLR bounds pollux_init_lr: beyond it a learning rate is certainly
+// a typo, and below it every scaled rate (at most maxMetaValue times the
+// initial one) stays finite.
+const maxInitLR = 1e6
+
 // Spec is a job's parsed, validated Pollux settings.
 type Spec struct {
 	InitBatchSize int
@@ -58,7 +64,11 @@ func (s Spec) Bounds() model.Bounds {
 }
 
 // ParseSpec reads and validates a job's author-written meta keys. Every
-// problem is reported at once, each naming its key.
+// problem is reported at once, each on its own line naming its key and
+// quoting at most 40 bytes of the value. Numbers are decimal (surrounding
+// white space allowed): integers in [1, 2^24], pollux_init_lr in
+// (0, 1e6]; pollux_min_gpus GPUs at pollux_local_bsz_min must fit in
+// pollux_max_batch_size.
 func ParseSpec(meta map[string]string) (Spec, error) {
 	var errs []error
 	intKey := func(key string, def int, required bool) int {
@@ -70,6 +80,10 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 			return def
 		}
 		v, err := strconv.Atoi(strings.TrimSpace(raw))
+		if errors.Is(err, strconv.ErrRange) {
+			errs = append(errs, fmt.Errorf("%s: must be in [1, %d], got %q", key, maxMetaValue, truncate(raw)))
+			return def
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: not an integer: %q", key, truncate(raw)))
 			return def
@@ -84,8 +98,10 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 	s.InitBatchSize = intKey(MetaInitBatchSize, 1, true)
 	if raw, ok := meta[MetaInitLR]; !ok {
 		errs = append(errs, fmt.Errorf("%s: required", MetaInitLR))
-	} else if v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64); err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+	} else if v, err := parseDecimal(raw); err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
 		errs = append(errs, fmt.Errorf("%s: must be a positive finite number, got %q", MetaInitLR, truncate(raw)))
+	} else if v > maxInitLR {
+		errs = append(errs, fmt.Errorf("%s: must be at most %g, got %q", MetaInitLR, maxInitLR, truncate(raw)))
 	} else {
 		s.InitLR = v
 	}
@@ -106,7 +122,8 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 	}
 	rule, err := model.ParseLRScaling(strings.TrimSpace(meta[MetaLRScaling]))
 	if err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", MetaLRScaling, err))
+		// Not model's error: it quotes the whole value, which may be long.
+		errs = append(errs, fmt.Errorf("%s: want adascale, linear, sqrt or none, got %q", MetaLRScaling, truncate(meta[MetaLRScaling])))
 	}
 	s.LRScaling = rule
 	if s.MaxBatchSize < s.InitBatchSize {
@@ -120,13 +137,41 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 	}
 	if s.LocalBszMin > s.MaxBatchSize {
 		errs = append(errs, fmt.Errorf("%s: %d is above the largest batch size %d", MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
+	} else if s.MinGPUs*s.LocalBszMin > s.MaxBatchSize {
+		// Both are at most maxMetaValue, so the product cannot overflow.
+		errs = append(errs, fmt.Errorf("%s: %d GPUs of at least %s %d exceed the largest batch size %d",
+			MetaMinGPUs, s.MinGPUs, MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
 	}
 	return s, errors.Join(errs...)
 }
 
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
+// parseDecimal parses a decimal floating-point number, surrounding white
+// space allowed. Unlike strconv.ParseFloat it refuses hexadecimal ("0x10")
+// and digit separators, as the integer keys do.
+func parseDecimal(raw string) (float64, error) {
+	s := strings.TrimSpace(raw)
+	if strings.ContainsAny(s, "xX_") {
+		return 0, errors.New("not a decimal number")
 	}
-	return s
+	return strconv.ParseFloat(s, 64)
+}
+
+// maxQuoted is how many bytes of a bad value an error message quotes.
+const maxQuoted = 40
+
+// truncate shortens s to at most maxQuoted bytes (see shorten), so that an
+// error quoting a hostile value stays short.
+func truncate(s string) string { return shorten(s, maxQuoted) }
+
+// shorten cuts s to at most n bytes at a rune boundary, marking a cut with
+// "...".
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

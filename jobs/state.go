@@ -2,7 +2,9 @@ package jobs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/pollux-nomad/pollux/model"
@@ -68,15 +70,60 @@ type PendingApply struct {
 func parseState(data []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("failed to parse state: %w", err)
+		return nil, fmt.Errorf("failed to parse state: %w", jsonError(err, 0, len(data)))
 	}
 	if s.Version != stateVersion {
 		return nil, fmt.Errorf("failed to parse state: version %d, want %d", s.Version, stateVersion)
 	}
-	if s.Perf != nil {
-		if err := s.Perf.Validate(); err != nil {
-			return nil, fmt.Errorf("failed to parse state: %w", err)
-		}
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("failed to parse state: %w", err)
 	}
 	return &s, nil
+}
+
+// maxAttainedService bounds a persisted attained service (GPU-seconds):
+// far above any real value, and far enough below the largest float64
+// that adding a round's service keeps it finite.
+const maxAttainedService = 1e15
+
+// validate reports every invalid field of a decoded state: the model
+// parameters (which the goodput model and the policy would trust) and the
+// counters.
+func (s *State) validate() error {
+	var errs []error
+	if s.Perf != nil {
+		if err := s.Perf.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("perf: %w", err))
+		}
+	}
+	if g := s.Grad; g != nil {
+		for _, f := range []struct {
+			name  string
+			value float64
+		}{{"sqr", g.Sqr}, {"var", g.Var}} {
+			if !(f.value >= 0) || math.IsInf(f.value, 1) {
+				errs = append(errs, fmt.Errorf("grad.%s: must be finite and non-negative, got %g", f.name, f.value))
+			}
+		}
+		if math.IsInf(g.Sqr+g.Var, 1) {
+			errs = append(errs, fmt.Errorf("grad: sqr + var overflows: %g + %g", g.Sqr, g.Var))
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value int
+		limit int
+	}{
+		{"profile_points", s.ProfilePoints, math.MaxInt},
+		{"max_profiled", s.MaxProfiled, maxMetaValue},
+		{"restarts", s.Restarts, math.MaxInt},
+	} {
+		if f.value < 0 || f.value > f.limit {
+			errs = append(errs, fmt.Errorf("%s: must be in [0, %d], got %d", f.name, f.limit, f.value))
+		}
+	}
+	if !(s.AttainedService >= 0 && s.AttainedService <= maxAttainedService) {
+		errs = append(errs, fmt.Errorf("attained_service: must be in [0, %g], got %g", maxAttainedService, s.AttainedService))
+	}
+	return errors.Join(errs...)
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pollux-nomad/pollux/model"
 )
@@ -22,6 +24,9 @@ const (
 	MaxProfileEntries = 4096
 	// maxReported bounds the problems Validate lists one by one.
 	maxReported = 50
+	// maxJSONError bounds the message of a JSON decoding error, which
+	// encoding/json and time quote whole (a number literal, a timestamp).
+	maxJSONError = 200
 )
 
 // Errors that callers may test with errors.Is.
@@ -102,7 +107,7 @@ func Parse(data []byte) (*Document, error) {
 	}
 	var d Document
 	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, fmt.Errorf("failed to parse metrics document: %w", err)
+		return nil, fmt.Errorf("failed to parse metrics document: %w", jsonError(err, len(data)))
 	}
 	d.Timestamp = d.Timestamp.UTC()
 	for _, x := range []*float64{&d.BatchSize, &d.Progress, &d.GradSqr, &d.GradVar} {
@@ -130,7 +135,8 @@ func noNegativeZero(x float64) float64 {
 // Validate reports every problem of the document at once (errors.Join),
 // each naming its field, as in
 // "profile[3].step_time: must be finite and positive, got -1". Past 50
-// problems it adds a count of the rest.
+// problems it adds a count of the rest. Besides each field's own rule,
+// grad_sqr + grad_var, the gain ratio's numerator, must be finite.
 func (d *Document) Validate() error {
 	var errs []error
 	extra := 0
@@ -151,6 +157,10 @@ func (d *Document) Validate() error {
 	checkNonNegative(report, -1, "progress", d.Progress)
 	checkNonNegative(report, -1, "grad_sqr", d.GradSqr)
 	checkNonNegative(report, -1, "grad_var", d.GradVar)
+	if math.IsInf(d.GradSqr+d.GradVar, 1) {
+		// Each is finite, but the gain ratio would be infinite.
+		report("grad_var: grad_sqr + grad_var must be finite, got %g + %g", d.GradSqr, d.GradVar)
+	}
 	switch n := len(d.Profile); {
 	case n == 0:
 		report("profile: must have at least one entry")
@@ -203,6 +213,48 @@ func checkNonNegative(report func(string, ...any), entry int, name string, x flo
 		report("%s: must be finite and non-negative, got %g", fieldName(entry, name), x)
 	}
 }
+
+// jsonError makes a decoding error of an n-byte input short, and locates
+// a syntax or type error at its byte offset. A syntax error at the very
+// end is reported as the end of the input (encoding/json would blame an
+// invisible space after a cut number). The original error stays available
+// to errors.As.
+func jsonError(err error, n int) error {
+	msg := err.Error()
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn) && atEnd(syn, n):
+		msg = fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", syn.Offset)
+	case errors.As(err, &syn):
+		msg = fmt.Sprintf("at byte %d: %s", syn.Offset, msg)
+	case errors.As(err, &typ):
+		msg = fmt.Sprintf("at byte %d: %s", typ.Offset, msg)
+	}
+	if len(msg) <= maxJSONError {
+		return &shortError{msg: msg, err: err}
+	}
+	cut := maxJSONError
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return &shortError{msg: msg[:cut] + "...", err: err}
+}
+
+// atEnd reports whether a syntax error of an n-byte input is its end:
+// encoding/json reports a cut number as an invalid space at offset n.
+func atEnd(syn *json.SyntaxError, n int) bool {
+	return syn.Offset >= int64(n) && (strings.HasPrefix(syn.Error(), "unexpected end") || strings.HasPrefix(syn.Error(), "invalid character ' '"))
+}
+
+// shortError is an error whose message is a bounded rendering of err's.
+type shortError struct {
+	msg string
+	err error
+}
+
+func (e *shortError) Error() string { return e.msg }
+func (e *shortError) Unwrap() error { return e.err }
 
 func fieldName(entry int, name string) string {
 	if entry < 0 {

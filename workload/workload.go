@@ -87,8 +87,10 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // or different header; rows without exactly five fields; an empty or
 // duplicate name; a time that is not a finite number ≥ 0; an application
 // that is empty or unknown; num_replicas or batch_size that are not
-// integers ≥ 1; names and applications with control characters or invalid
-// UTF-8; malformed CSV quoting; and a workload without jobs (ErrEmpty).
+// integers ≥ 1 (or overflow an int); names and applications with control
+// characters or invalid UTF-8; malformed CSV quoting; and a workload
+// without jobs (ErrEmpty). Messages quote at most 40 bytes of a field (200
+// of a header).
 // Blank lines are skipped. The jobs are returned in file order, which the
 // simulator uses to break ties between equal submission times.
 func Parse(r io.Reader, source string, known func(string) bool) ([]Job, error) {
@@ -119,7 +121,7 @@ func Parse(r io.Reader, source string, known func(string) bool) ([]Job, error) {
 		}
 		if prev, ok := firstLine[job.Name]; ok {
 			return nil, &ParseError{Source: source, Line: line, Field: "name",
-				Err: fmt.Errorf("duplicate job %q (first on line %d)", job.Name, prev)}
+				Err: fmt.Errorf("duplicate job %q (first on line %d)", truncate(job.Name), prev)}
 		}
 		firstLine[job.Name] = line
 		jobs = append(jobs, job)
@@ -230,7 +232,7 @@ func parseJob(rec []string, known func(string) bool) (Job, int, error) {
 		return Job{}, 2, err
 	}
 	if known != nil && !known(j.Application) {
-		return Job{}, 2, fmt.Errorf("unknown %q", j.Application)
+		return Job{}, 2, fmt.Errorf("unknown %q", truncate(j.Application))
 	}
 	if j.NumReplicas, err = parsePositiveInt(rec[3]); err != nil {
 		return Job{}, 3, err
@@ -272,11 +274,11 @@ func checkText(s string) error {
 		return errors.New("empty value")
 	}
 	if !utf8.ValidString(s) {
-		return fmt.Errorf("invalid UTF-8 in %q", s)
+		return fmt.Errorf("invalid UTF-8 in %q", truncate(s))
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("control character %U in %q", r, s)
+			return fmt.Errorf("control character %U in %q", r, truncate(s))
 		}
 	}
 	return nil
@@ -285,14 +287,14 @@ func checkText(s string) error {
 // parseNonNegative parses a finite float64 ≥ 0.
 func parseNonNegative(s string) (float64, error) {
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("not a number: %q", s)
-	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("not a finite number: %q", s)
+		return 0, fmt.Errorf("not a finite number: %q", truncate(s))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("not a number: %q", truncate(s))
 	}
 	if v < 0 {
-		return 0, fmt.Errorf("negative value %s", s)
+		return 0, fmt.Errorf("negative value %s", truncate(s))
 	}
 	return v, nil
 }
@@ -300,8 +302,11 @@ func parseNonNegative(s string) (float64, error) {
 // parsePositiveInt parses a decimal integer ≥ 1.
 func parsePositiveInt(s string) (int, error) {
 	v, err := strconv.Atoi(s)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("integer out of range: %q", truncate(s))
+	}
 	if err != nil {
-		return 0, fmt.Errorf("not an integer: %q", s)
+		return 0, fmt.Errorf("not an integer: %q", truncate(s))
 	}
 	if v < 1 {
 		return 0, fmt.Errorf("must be at least 1, got %d", v)
@@ -337,9 +342,32 @@ func readHeader(cr *csv.Reader, source string, want []string) error {
 	}
 	if !slices.Equal(got, want) {
 		return &ParseError{Source: source, Line: line, Field: "header",
-			Err: fmt.Errorf("want %q, got %q", strings.Join(want, ","), strings.Join(got, ","))}
+			Err: fmt.Errorf("want %q, got %q", strings.Join(want, ","), shorten(strings.Join(got, ","), maxQuotedHeader))}
 	}
 	return nil
+}
+
+// Bounds of the quoted input in error messages, so that a hostile file
+// (a megabyte-long field) gives a short message.
+const (
+	maxQuoted       = 40
+	maxQuotedHeader = 200
+)
+
+// truncate shortens a quoted field to maxQuoted bytes (see shorten).
+func truncate(s string) string { return shorten(s, maxQuoted) }
+
+// shorten cuts s to at most n bytes at a rune boundary, marking a cut with
+// "...".
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // csvError converts an encoding/csv error into a *ParseError with its line.

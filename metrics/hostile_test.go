@@ -1,0 +1,219 @@
+package metrics
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pollux-nomad/pollux/model"
+)
+
+// maxErrorLen bounds Parse's message for any input: encoding/json quotes
+// number literals and timestamps whole, and Validate lists at most 50
+// problems.
+const maxErrorLen = 6 << 10
+
+// checkParseError asserts the common shape of a Parse error.
+func checkParseError(t *testing.T, err error) {
+	t.Helper()
+	if !strings.HasPrefix(err.Error(), "failed to parse metrics document: ") {
+		t.Errorf("error %.200q lacks the failed-to-parse prefix", err)
+	}
+	if len(err.Error()) >= maxErrorLen {
+		t.Errorf("error message is %d bytes, want < %d", len(err.Error()), maxErrorLen)
+	}
+}
+
+// TestParseTruncatedAtEveryByte cuts valid documents at every byte: every
+// cut must be an error naming where the input ended, and none may panic.
+func TestParseTruncatedAtEveryByte(t *testing.T) {
+	for _, name := range []string{"contract-example.json", "multi-node.json", "contract-example.canonical.json", "multi-node.canonical.json"} {
+		t.Run(name, func(t *testing.T) {
+			doc := bytes.TrimRight(readFile(t, name), " \t\r\n")
+			if _, err := Parse(doc); err != nil {
+				t.Fatalf("the whole document does not parse: %v", err)
+			}
+			for n := 0; n < len(doc); n++ {
+				d, err := Parse(doc[:n])
+				if err == nil {
+					t.Errorf("cut at byte %d of %d parsed: %+v", n, len(doc), d)
+					continue
+				}
+				checkParseError(t, err)
+				if n > 0 && !strings.Contains(err.Error(), fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", n)) {
+					t.Errorf("cut at byte %d: error %q does not say the input ended", n, err)
+				}
+			}
+		})
+	}
+}
+
+func TestParseHostile(t *testing.T) {
+	ok := entry()
+	tests := map[string]struct {
+		input   string
+		wantErr []string
+		wantIs  error
+	}{
+		"version 0":            {input: docJSON(map[string]string{"version": "0"}, ok), wantErr: []string{"version: unsupported version 0, want 1"}, wantIs: ErrUnsupportedVersion},
+		"version -1":           {input: docJSON(map[string]string{"version": "-1"}, ok), wantErr: []string{"version: unsupported version -1, want 1"}, wantIs: ErrUnsupportedVersion},
+		"version 1.5":          {input: docJSON(map[string]string{"version": "1.5"}, ok), wantErr: []string{"cannot unmarshal number 1.5 into Go struct field Document.version of type int"}},
+		"version as a string":  {input: docJSON(map[string]string{"version": `"1"`}, ok), wantErr: []string{"Document.version of type int"}},
+		"version 1e30":         {input: docJSON(map[string]string{"version": "1e30"}, ok), wantErr: []string{"cannot unmarshal number 1e30", "version"}},
+		"version int overflow": {input: docJSON(map[string]string{"version": "9223372036854775808"}, ok), wantErr: []string{"cannot unmarshal number 9223372036854775808"}},
+		"count 1e30":           {input: docJSON(nil, entry("count", "1e30")), wantErr: []string{"cannot unmarshal number 1e30 into Go struct field ProfileEntry.profile.count of type int"}},
+		"count negative":       {input: docJSON(nil, entry("count", "-40")), wantErr: []string{"profile[0].count: must be at least 1, got -40"}},
+		"count as a string":    {input: docJSON(nil, entry("count", `"40"`)), wantErr: []string{"profile.count of type int"}},
+		"step_time 1e400":      {input: docJSON(nil, entry("step_time", "1e400")), wantErr: []string{"cannot unmarshal number 1e400", "profile.step_time"}},
+		"step_time -1e308":     {input: docJSON(nil, entry("step_time", "-1e308")), wantErr: []string{"profile[0].step_time: must be finite and positive, got -1e+308"}},
+		"compute_time -0":      {input: docJSON(nil, entry("compute_time", "-0")), wantErr: []string{"profile[0].compute_time: must be finite and positive, got 0"}},
+		"sync_time negative":   {input: docJSON(nil, entry("sync_time", "-1e-300")), wantErr: []string{"profile[0].sync_time: must be finite and non-negative, got -1e-300"}},
+		"num_replicas 1e30":    {input: docJSON(nil, entry("num_replicas", "1e30")), wantErr: []string{"profile.num_replicas of type int"}},
+		"NaN literal":          {input: docJSON(nil, entry("step_time", "NaN")), wantErr: []string{"invalid character 'N'"}},
+		"Infinity literal":     {input: docJSON(map[string]string{"progress": "Infinity"}, ok), wantErr: []string{"invalid character 'I'"}},
+		"hex number":           {input: docJSON(map[string]string{"batch_size": "0x10"}, ok), wantErr: []string{"invalid character 'x'"}},
+		"gradient sum overflows": {input: docJSON(map[string]string{"grad_sqr": "1e308", "grad_var": "1e308"}, ok),
+			wantErr: []string{"grad_var: grad_sqr + grad_var must be finite, got 1e+308 + 1e+308"}},
+		"year 10000":      {input: docJSON(map[string]string{"timestamp": `"10000-01-01T00:00:00Z"`}, ok), wantErr: []string{"parsing time"}},
+		"far offset":      {input: docJSON(map[string]string{"timestamp": `"0001-01-01T00:30:00+01:00"`}, ok), wantErr: []string{"timestamp: must be set, in years 1 to 9999 UTC"}},
+		"duplicate entry": {input: docJSON(nil, ok, ok), wantErr: []string{"profile[1]: same num_nodes, num_replicas, local_bsz and accum_steps as profile[0]"}},
+		"400 KiB number literal": {input: docJSON(map[string]string{"batch_size": "1" + strings.Repeat("0", 400<<10)}, ok),
+			wantErr: []string{"cannot unmarshal number 1000", "..."}},
+		"400 KiB timestamp": {input: docJSON(map[string]string{"timestamp": `"` + strings.Repeat("9", 400<<10) + `"`}, ok),
+			wantErr: []string{`parsing time "999`, "..."}},
+		"400 KiB string for a number": {input: docJSON(map[string]string{"progress": `"` + strings.Repeat("é", 200<<10) + `"`}, ok),
+			wantErr: []string{"cannot unmarshal string into Go struct field Document.progress of type float64"}},
+		"4097 entries": {input: docJSON(nil, manyEntries(MaxProfileEntries+1)...), wantErr: []string{"profile: 4097 entries, at most 4096"}},
+		"4096 broken entries": {input: docJSON(nil, brokenEntries(MaxProfileEntries)...),
+			wantErr: []string{"profile[0].num_nodes: must be at least 1, got -1", "and 24526 more problems"}},
+		"one byte over 512 KiB": {input: padTo(docJSON(nil, ok), MaxDocumentSize+1), wantErr: []string{"document too large: 524289 bytes, at most 524288"}, wantIs: ErrTooLarge},
+		"1 MiB":                 {input: padTo(docJSON(nil, ok), 1<<20), wantErr: []string{"document too large: 1048576 bytes"}, wantIs: ErrTooLarge},
+		"empty input":           {input: "", wantErr: []string{"unexpected end of JSON input"}},
+		"only white space":      {input: " \n\t", wantErr: []string{"unexpected end of JSON input"}},
+		"byte order mark":       {input: "\ufeff" + docJSON(nil, ok), wantErr: []string{"at byte 1: invalid character"}},
+		"invalid UTF-8 key":     {input: "{\"\xff\":1}", wantErr: []string{"version: unsupported version 0"}},
+		"deeply nested":         {input: strings.Repeat("[", 20000) + strings.Repeat("]", 20000), wantErr: []string{"exceeded max depth"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d, err := Parse([]byte(tc.input))
+			if err == nil {
+				t.Fatalf("Parse succeeded with %+v, want an error", d)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Parse error %.300q does not contain %q", err, want)
+				}
+			}
+			checkParseError(t, err)
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("Parse error %q is not %v", err, tc.wantIs)
+			}
+		})
+	}
+}
+
+// brokenEntries returns n distinct entries that break five rules each
+// (missing fields are zero).
+func brokenEntries(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"num_nodes":-1,"local_bsz":-%d}`, i+1)
+	}
+	return out
+}
+
+// padTo pads a document with trailing spaces (valid JSON) to n bytes.
+func padTo(doc string, n int) string {
+	return doc + strings.Repeat(" ", n-len(doc))
+}
+
+// TestParseAbsurdButFinite checks that extreme finite values, which the
+// contract allows, parse and give a fit that fails cleanly or predicts a
+// finite goodput: they cannot poison the scheduler with NaN or Inf.
+func TestParseAbsurdButFinite(t *testing.T) {
+	tests := map[string]string{
+		"step_time 1e308":         docJSON(nil, entry("step_time", "1e308"), entry("num_replicas", "4", "step_time", "1e308")),
+		"all times 1e308":         docJSON(nil, entry("step_time", "1e308", "compute_time", "1e308", "sync_time", "1e308")),
+		"times 5e-324":            docJSON(nil, entry("step_time", "5e-324", "compute_time", "5e-324"), entry("num_replicas", "4", "step_time", "5e-324", "compute_time", "5e-324")),
+		"count max int64":         docJSON(nil, entry("count", "9223372036854775807"), entry("local_bsz", "128", "count", "9223372036854775807")),
+		"local_bsz max int64":     docJSON(nil, entry("local_bsz", "9223372036854775807")),
+		"batch size 1e308":        docJSON(map[string]string{"batch_size": "1e308", "progress": "1e308"}, entry()),
+		"grad_var 1e308 alone":    docJSON(map[string]string{"grad_sqr": "0", "grad_var": "1e308"}, entry()),
+		"grad_sqr tiny":           docJSON(map[string]string{"grad_sqr": "5e-324", "grad_var": "1e300"}, entry()),
+		"replicas max int64":      docJSON(nil, entry("num_nodes", "9223372036854775807", "num_replicas", "9223372036854775807")),
+		"accum_steps max int64":   docJSON(nil, entry("accum_steps", "9223372036854775807")),
+		"timestamp in year 9999":  docJSON(map[string]string{"timestamp": `"9999-12-31T23:59:59.999999999Z"`}, entry()),
+		"unknown fields are kept": docJSON(map[string]string{"extra": `{"deep":[1,2,{"x":null}]}`}, entry()),
+	}
+	for name, input := range tests {
+		t.Run(name, func(t *testing.T) {
+			d, err := Parse([]byte(input))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			perf, err := model.FitPerfParams(d.ProfilePoints())
+			if err != nil {
+				return // a clean refusal; the previous model stays in use
+			}
+			// perf may fail perf.Validate (times below ~2e-8 s fit an
+			// alpha_c under its floor: a model issue), but must not make
+			// the goodput NaN or infinite.
+			f := model.GoodputFunc{Perf: perf, Grad: d.GradParams(), InitBatchSize: 128}
+			for _, k := range []int{1, 2, 8, 64} {
+				c := f.Optimize(1, k, model.Bounds{MaxBatchSize: 1 << 14, MinLocalBsz: 1, MaxLocalBsz: 1024, Accumulation: true})
+				if math.IsNaN(c.Goodput) || math.IsInf(c.Goodput, 0) || c.Goodput < 0 {
+					t.Errorf("goodput on %d GPUs = %+v", k, c)
+				}
+			}
+		})
+	}
+}
+
+// TestParseLargeProfile checks that a document with 4000 entries, under
+// the cap and the size limit, is accepted in reasonable time.
+func TestParseLargeProfile(t *testing.T) {
+	doc := []byte(docJSON(nil, manyEntries(4000)...))
+	if len(doc) > MaxDocumentSize {
+		t.Fatalf("test document is %d bytes, over the limit", len(doc))
+	}
+	start := time.Now()
+	const runs = 10
+	for range runs {
+		d, err := Parse(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Profile) != 4000 || len(d.ProfilePoints()) != 4000 {
+			t.Fatalf("%d entries, %d points", len(d.Profile), len(d.ProfilePoints()))
+		}
+	}
+	per := time.Since(start) / runs
+	t.Logf("4000 entries, %d bytes: %v per Parse+ProfilePoints", len(doc), per)
+	if per > 500*time.Millisecond {
+		t.Errorf("Parse of 4000 entries takes %v, want < 500ms", per)
+	}
+}
+
+// TestParseAtSizeLimit checks the boundary of the 512 KiB limit (Consul's
+// largest value): exactly MaxDocumentSize bytes parse.
+func TestParseAtSizeLimit(t *testing.T) {
+	if _, err := Parse([]byte(padTo(docJSON(nil, entry()), MaxDocumentSize))); err != nil {
+		t.Errorf("a document of exactly %d bytes: %v", MaxDocumentSize, err)
+	}
+}
+
+// TestParseKeepsWrappedErrors checks that shortening a decoding error
+// keeps it available to errors.As.
+func TestParseKeepsWrappedErrors(t *testing.T) {
+	_, err := Parse([]byte(`{"version":"one"}`))
+	var typ *json.UnmarshalTypeError
+	if !errors.As(err, &typ) || typ.Field != "version" {
+		t.Errorf("error %v: errors.As(*json.UnmarshalTypeError) = %v", err, typ)
+	}
+}
