@@ -604,6 +604,14 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 			points := doc.ProfilePoints()
 			perf, perr = model.FitPerfParams(points)
 			if perr == nil {
+				// A fit the state parser would refuse (extreme but finite
+				// timings) must not be saved: the next leader would drop
+				// the whole state with it.
+				if verr := perf.Validate(); verr != nil {
+					perr = fmt.Errorf("fitted model out of range: %w", verr)
+				}
+			}
+			if perr == nil {
 				grad := doc.GradParams()
 				e.state.Perf, e.state.Grad = &perf, &grad
 				e.state.ProfilePoints = len(points)

@@ -319,3 +319,14 @@ func TestNewMeshRejectsNaN(t *testing.T) {
 		t.Errorf("error = %v, want a non-finite coordinate error", err)
 	}
 }
+
+func TestReadQhullRejectsHugeCounts(t *testing.T) {
+	// Found by FuzzReadQhull: a count sized an allocation before any data
+	// was read, so a corrupt header ran the process out of memory.
+	for _, in := range []string{"points 100000000000\n", "points 1\n0 0 0\nparaboloid 1 0\nsimplices 9999999999\n"} {
+		_, err := ReadQhull(strings.NewReader(in), "huge.txt")
+		if err == nil || !strings.Contains(err.Error(), "above") {
+			t.Errorf("ReadQhull(%q) error = %v, want a count-too-large error", in, err)
+		}
+	}
+}

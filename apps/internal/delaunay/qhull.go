@@ -129,7 +129,11 @@ func (q *qhullReader) header(key string, nvals int) ([]string, error) {
 	return f[1:], nil
 }
 
-// count reads a line "key n" with n > 0.
+// maxCount bounds a section's count, which sizes its allocation: far
+// above any profile's tessellation.
+const maxCount = 1 << 18
+
+// count reads a line "key n" with 0 < n ≤ maxCount.
 func (q *qhullReader) count(key string) (int, error) {
 	f, err := q.header(key, 1)
 	if err != nil {
@@ -138,6 +142,9 @@ func (q *qhullReader) count(key string) (int, error) {
 	n, err := strconv.Atoi(f[0])
 	if err != nil || n <= 0 {
 		return 0, q.fail("%s: not a positive count %q", key, f[0])
+	}
+	if n > maxCount {
+		return 0, q.fail("%s: count %d above %d", key, n, maxCount)
 	}
 	return n, nil
 }
