@@ -9,7 +9,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/pollux-nomad/pollux/internal/quote"
 )
 
 // table is a parsed CSV file: the named columns of every data row, and the
@@ -55,7 +56,7 @@ func readTable(fsys fs.FS, path string, required ...string) (*table, error) {
 	}
 	for _, c := range required {
 		if _, ok := t.cols[c]; !ok {
-			return nil, fmt.Errorf("%s:%d: missing column %q in header %q", path, hline, c, shorten(strings.Join(header, ","), maxQuotedHeader))
+			return nil, fmt.Errorf("%s:%d: missing column %q in header %q", path, hline, c, quote.Cut(strings.Join(header, ","), maxQuotedHeader))
 		}
 	}
 	for {
@@ -96,20 +97,7 @@ const (
 )
 
 // truncate shortens a quoted field to maxQuoted bytes (see shorten).
-func truncate(s string) string { return shorten(s, maxQuoted) }
-
-// shorten cuts s to at most n bytes at a rune boundary, marking a cut with
-// "...".
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func truncate(s string) string { return quote.Cut(s, maxQuoted) }
 
 // str returns column col of row i.
 func (t *table) str(i int, col string) string {

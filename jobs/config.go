@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/pollux-nomad/pollux/internal/quote"
 )
 
 // Config is the controller's configuration (contracts.md §4). It is read
@@ -102,7 +103,7 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return c, fmt.Errorf("failed to parse configuration: %w", jsonError(err, dec.InputOffset(), len(data)))
+		return c, fmt.Errorf("failed to parse configuration: %w", quote.JSONError(err, dec.InputOffset(), len(data)))
 	}
 	// Not dec.More, which does not see a stray ] or }.
 	if rest := bytes.Trim(data[dec.InputOffset():], jsonSpace); len(rest) > 0 {
@@ -225,46 +226,6 @@ const (
 
 // jsonSpace is the white space JSON allows between tokens.
 const jsonSpace = " \t\r\n"
-
-// maxJSONError bounds the message of a JSON decoding error: encoding/json
-// quotes unknown field names and number literals whole.
-const maxJSONError = 200
-
-// jsonError makes a decoding error of an n-byte input short and locates
-// it: at its byte offset when encoding/json knows it, else at off, where
-// decoding stopped. A syntax error at the very end is reported as the end
-// of the input (encoding/json would blame an invisible space after a cut
-// number). The original error stays available to errors.As.
-func jsonError(err error, off int64, n int) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn) && atEnd(syn, n):
-		return &shortError{msg: fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", syn.Offset), err: err}
-	case errors.As(err, &syn):
-		off = syn.Offset
-	case errors.As(err, &typ):
-		off = typ.Offset
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return &shortError{msg: fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", n), err: err}
-	}
-	return &shortError{msg: fmt.Sprintf("at byte %d: %s", off, shorten(err.Error(), maxJSONError)), err: err}
-}
-
-// atEnd reports whether a syntax error of an n-byte input is its end:
-// encoding/json reports a cut number as an invalid space at offset n.
-func atEnd(syn *json.SyntaxError, n int) bool {
-	return syn.Offset >= int64(n) && (strings.HasPrefix(syn.Error(), "unexpected end") || strings.HasPrefix(syn.Error(), "invalid character ' '"))
-}
-
-// shortError is an error whose message is a bounded rendering of err's.
-type shortError struct {
-	msg string
-	err error
-}
-
-func (e *shortError) Error() string { return e.msg }
-func (e *shortError) Unwrap() error { return e.err }
 
 func slicesHasEmpty(parts []string) bool {
 	for _, p := range parts {

@@ -6,9 +6,10 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/pollux-nomad/pollux/model"
+
+	"github.com/pollux-nomad/pollux/internal/quote"
 )
 
 // Meta keys of contracts.md §1.
@@ -161,17 +162,4 @@ const maxQuoted = 40
 
 // truncate shortens s to at most maxQuoted bytes (see shorten), so that an
 // error quoting a hostile value stays short.
-func truncate(s string) string { return shorten(s, maxQuoted) }
-
-// shorten cuts s to at most n bytes at a rune boundary, marking a cut with
-// "...".
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func truncate(s string) string { return quote.Cut(s, maxQuoted) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/model"
+
+	"github.com/pollux-nomad/pollux/internal/quote"
 )
 
 // stateVersion is the version of the persisted State document.
@@ -70,7 +72,7 @@ type PendingApply struct {
 func parseState(data []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("failed to parse state: %w", jsonError(err, 0, len(data)))
+		return nil, fmt.Errorf("failed to parse state: %w", quote.JSONError(err, 0, len(data)))
 	}
 	if s.Version != stateVersion {
 		return nil, fmt.Errorf("failed to parse state: version %d, want %d", s.Version, stateVersion)

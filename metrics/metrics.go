@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pollux-nomad/pollux/model"
+
+	"github.com/pollux-nomad/pollux/internal/quote"
 )
 
 // Limits of a metrics document.
@@ -24,9 +24,6 @@ const (
 	MaxProfileEntries = 4096
 	// maxReported bounds the problems Validate lists one by one.
 	maxReported = 50
-	// maxJSONError bounds the message of a JSON decoding error, which
-	// encoding/json and time quote whole (a number literal, a timestamp).
-	maxJSONError = 200
 )
 
 // Errors that callers may test with errors.Is.
@@ -107,7 +104,7 @@ func Parse(data []byte) (*Document, error) {
 	}
 	var d Document
 	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, fmt.Errorf("failed to parse metrics document: %w", jsonError(err, len(data)))
+		return nil, fmt.Errorf("failed to parse metrics document: %w", quote.JSONError(err, -1, len(data)))
 	}
 	d.Timestamp = d.Timestamp.UTC()
 	for _, x := range []*float64{&d.BatchSize, &d.Progress, &d.GradSqr, &d.GradVar} {
@@ -213,48 +210,6 @@ func checkNonNegative(report func(string, ...any), entry int, name string, x flo
 		report("%s: must be finite and non-negative, got %g", fieldName(entry, name), x)
 	}
 }
-
-// jsonError makes a decoding error of an n-byte input short, and locates
-// a syntax or type error at its byte offset. A syntax error at the very
-// end is reported as the end of the input (encoding/json would blame an
-// invisible space after a cut number). The original error stays available
-// to errors.As.
-func jsonError(err error, n int) error {
-	msg := err.Error()
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn) && atEnd(syn, n):
-		msg = fmt.Sprintf("at byte %d: unexpected end of JSON input (truncated document?)", syn.Offset)
-	case errors.As(err, &syn):
-		msg = fmt.Sprintf("at byte %d: %s", syn.Offset, msg)
-	case errors.As(err, &typ):
-		msg = fmt.Sprintf("at byte %d: %s", typ.Offset, msg)
-	}
-	if len(msg) <= maxJSONError {
-		return &shortError{msg: msg, err: err}
-	}
-	cut := maxJSONError
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return &shortError{msg: msg[:cut] + "...", err: err}
-}
-
-// atEnd reports whether a syntax error of an n-byte input is its end:
-// encoding/json reports a cut number as an invalid space at offset n.
-func atEnd(syn *json.SyntaxError, n int) bool {
-	return syn.Offset >= int64(n) && (strings.HasPrefix(syn.Error(), "unexpected end") || strings.HasPrefix(syn.Error(), "invalid character ' '"))
-}
-
-// shortError is an error whose message is a bounded rendering of err's.
-type shortError struct {
-	msg string
-	err error
-}
-
-func (e *shortError) Error() string { return e.msg }
-func (e *shortError) Unwrap() error { return e.err }
 
 func fieldName(entry int, name string) string {
 	if entry < 0 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/pollux-nomad/pollux/internal/quote"
 )
 
 // workloadColumns returns the header row of a workload CSV file, as written
@@ -342,7 +344,7 @@ func readHeader(cr *csv.Reader, source string, want []string) error {
 	}
 	if !slices.Equal(got, want) {
 		return &ParseError{Source: source, Line: line, Field: "header",
-			Err: fmt.Errorf("want %q, got %q", strings.Join(want, ","), shorten(strings.Join(got, ","), maxQuotedHeader))}
+			Err: fmt.Errorf("want %q, got %q", strings.Join(want, ","), quote.Cut(strings.Join(got, ","), maxQuotedHeader))}
 	}
 	return nil
 }
@@ -355,20 +357,7 @@ const (
 )
 
 // truncate shortens a quoted field to maxQuoted bytes (see shorten).
-func truncate(s string) string { return shorten(s, maxQuoted) }
-
-// shorten cuts s to at most n bytes at a rune boundary, marking a cut with
-// "...".
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func truncate(s string) string { return quote.Cut(s, maxQuoted) }
 
 // csvError converts an encoding/csv error into a *ParseError with its line.
 func csvError(source string, err error) error {
