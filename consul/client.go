@@ -247,7 +247,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	}
 	pair, _, err := c.kv.Get(full, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return nil, 0, fmt.Errorf("failed to get key %q: %w", full, err)
+		return nil, 0, fmt.Errorf("failed to get key %q: %w", full, c.denied(err, "reading", full, false))
 	}
 	if pair == nil {
 		return nil, 0, fmt.Errorf("failed to get key %q: %w", full, jobs.ErrNotFound)
@@ -267,7 +267,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		return fmt.Errorf("failed to put key %q: %w", full, err)
 	}
 	if _, err := c.kv.Put(&api.KVPair{Key: full, Value: value}, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("failed to put key %q: %w", full, err)
+		return fmt.Errorf("failed to put key %q: %w", full, c.denied(err, "writing", full, true))
 	}
 	return nil
 }
@@ -287,7 +287,7 @@ func (c *Client) CAS(ctx context.Context, key string, value []byte, index uint64
 	}
 	ok, _, err := c.kv.CAS(&api.KVPair{Key: full, Value: value, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("failed to write key %q: %w", full, err)
+		return fmt.Errorf("failed to write key %q: %w", full, c.denied(err, "writing", full, true))
 	}
 	if !ok {
 		return fmt.Errorf("failed to write key %q at index %d: %w", full, index, jobs.ErrConflict)
@@ -323,13 +323,13 @@ func (c *Client) Watch(ctx context.Context, key string, index uint64, wait time.
 	}
 	pair, meta, err := c.kv.Get(full, q.WithContext(ctx))
 	if err != nil {
-		return nil, 0, fmt.Errorf("failed to watch key %q: %w", full, err)
+		return nil, 0, fmt.Errorf("failed to watch key %q: %w", full, c.denied(err, "reading", full, false))
 	}
 	if indexWentBack(index, meta.LastIndex) {
 		c.log.Debug("kv index went backwards, resetting", "key", full, "index", index, "new_index", meta.LastIndex)
 		pair, meta, err = c.kv.Get(full, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			return nil, 0, fmt.Errorf("failed to watch key %q: %w", full, err)
+			return nil, 0, fmt.Errorf("failed to watch key %q: %w", full, c.denied(err, "reading", full, false))
 		}
 	}
 	return valueOf(pair), clampIndex(meta.LastIndex), nil
@@ -361,7 +361,7 @@ func (c *Client) Delete(ctx context.Context, key string, recurse bool) error {
 	}
 	if !recurse {
 		if _, err := c.kv.Delete(full, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-			return fmt.Errorf("failed to delete key %q: %w", full, err)
+			return fmt.Errorf("failed to delete key %q: %w", full, c.denied(err, "deleting", full, true))
 		}
 		return nil
 	}
@@ -371,7 +371,7 @@ func (c *Client) Delete(ctx context.Context, key string, recurse bool) error {
 	}
 	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("failed to delete tree %q: %w", full, err)
+		return fmt.Errorf("failed to delete tree %q: %w", full, c.denied(err, "deleting", full+"/", true))
 	}
 	if !ok {
 		errs := []error{errors.New("transaction rolled back")}
@@ -380,7 +380,7 @@ func (c *Client) Delete(ctx context.Context, key string, recurse bool) error {
 				errs = append(errs, fmt.Errorf("op %d: %s", e.OpIndex, e.What))
 			}
 		}
-		return fmt.Errorf("failed to delete tree %q: %w", full, errors.Join(errs...))
+		return fmt.Errorf("failed to delete tree %q: %w", full, c.denied(errors.Join(errs...), "deleting", full+"/", true))
 	}
 	return nil
 }

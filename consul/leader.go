@@ -107,7 +107,7 @@ func (c *Client) Leader() *Leader {
 func (l *Leader) Holder(ctx context.Context) (string, error) {
 	pair, _, err := l.c.kv.Get(l.key, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return "", fmt.Errorf("failed to read lock %q: %w", l.key, err)
+		return "", fmt.Errorf("failed to read lock %q: %w", l.key, l.c.denied(err, "reading lock", l.key, false))
 	}
 	if pair == nil || pair.Session == "" {
 		return "", nil
@@ -135,7 +135,7 @@ func (l *Leader) Verify(ctx context.Context) error {
 	defer cancel()
 	pair, _, err := l.c.kv.Get(l.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("failed to verify leadership: failed to read lock %q: %w", l.key, err)
+		return fmt.Errorf("failed to verify leadership: failed to read lock %q: %w", l.key, l.c.denied(err, "reading lock", l.key, false))
 	}
 	if pair == nil || pair.Session != t.session {
 		return fmt.Errorf("failed to verify leadership: lock %q is not held by session %s: %w", l.key, t.session, ErrNotLeader)
@@ -258,7 +258,7 @@ func (l *Leader) waitPending(ctx context.Context) error {
 // should be tried again: everything but a key used for something else and
 // ACL refusals.
 func retryable(err error) bool {
-	if errors.Is(err, api.ErrLockConflict) || errors.Is(err, api.ErrLockHeld) {
+	if errors.Is(err, api.ErrLockConflict) || errors.Is(err, api.ErrLockHeld) || errors.Is(err, jobs.ErrPermissionDenied) {
 		return false
 	}
 	msg := err.Error()
@@ -291,7 +291,7 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 	}, (&api.WriteOptions{}).WithContext(cctx))
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("failed to create session: %w", err)
+		return nil, fmt.Errorf("failed to create session: %w", Classify(err, "creating a session for the lock "+l.key, NeedSession))
 	}
 	t := newTerm(l, id, cfg.SessionTTL, start)
 	lock, err := l.c.api.LockOpts(&api.LockOptions{
@@ -378,7 +378,7 @@ func (l *Leader) takeKey(ctx context.Context, t *term) error {
 		q := &api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}
 		pair, meta, err := l.c.kv.Get(l.key, q.WithContext(ctx))
 		if err != nil {
-			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, err))
+			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, l.c.denied(err, "reading lock", l.key, false)))
 		}
 		if pair != nil && pair.Flags != api.LockFlagValue {
 			return fmt.Errorf("failed to lock %q: %w", l.key, api.ErrLockConflict)
@@ -401,7 +401,7 @@ func (l *Leader) takeKey(ctx context.Context, t *term) error {
 			Flags:   api.LockFlagValue,
 		}, (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
-			return fail(fmt.Errorf("failed to acquire lock %q: %w", l.key, err))
+			return fail(fmt.Errorf("failed to acquire lock %q: %w", l.key, l.c.denied(err, "acquiring lock", l.key, true)))
 		}
 		if ok {
 			return nil
@@ -409,7 +409,7 @@ func (l *Leader) takeKey(ctx context.Context, t *term) error {
 		// Refused: someone else was quicker, or a lock-delay is in force.
 		pair, meta, err = l.c.kv.Get(l.key, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, err))
+			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, l.c.denied(err, "reading lock", l.key, false)))
 		}
 		if pair != nil && pair.Session != "" {
 			index = clampIndex(meta.LastIndex)

@@ -431,6 +431,34 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// runThrough runs an agent whose Nomad traffic goes through proxy, stores
+// it in victim for the proxy's hook to signal, waits until it exits, and
+// returns it with the jobs among ids whose spec changed meanwhile. Agents
+// started afterwards talk to Nomad directly again.
+func (e *env) runThrough(t *testing.T, c *testCluster, proxy *slowNomad, victim *atomic.Pointer[agentProc], name, cfg string, ids []string) (*agentProc, []string) {
+	t.Helper()
+	before := map[string]uint64{}
+	for _, id := range ids {
+		before[id] = e.modifyIndex(id)
+	}
+	e.agentEnv = c.environ("NOMAD_ADDR=http://" + proxy.addr)
+	p := e.startAgent(t, name, cfg)
+	e.agentEnv = c.environ()
+	victim.Store(p)
+	select {
+	case <-p.done:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("agent %s did not exit within 90s (no registration reached the proxy?)", name)
+	}
+	var changed []string
+	for _, id := range ids {
+		if e.modifyIndex(id) != before[id] {
+			changed = append(changed, id)
+		}
+	}
+	return p, changed
+}
+
 // registerFour submits four one-GPU jobs with metrics.
 func (e *env) registerFour(t *testing.T) []string {
 	t.Helper()
@@ -462,25 +490,8 @@ func TestFaultLeaderKilledMidApply(t *testing.T) {
 		}
 	})
 	cfg := e.agentConfig(t, "")
-	before := map[string]uint64{}
-	for _, id := range ids {
-		before[id] = e.modifyIndex(id)
-	}
-	e.agentEnv = c.environ("NOMAD_ADDR=http://" + proxy.addr)
-	old := e.startAgent(t, "old-leader", cfg)
-	victim.Store(old)
-	select {
-	case <-old.done:
-	case <-time.After(90 * time.Second):
-		t.Fatalf("the leader never applied a job (no registration reached Nomad)")
-	}
+	_, changed := e.runThrough(t, c, proxy, &victim, "old-leader", cfg, ids)
 	killed := time.Now()
-	var changed []string
-	for _, id := range ids {
-		if e.modifyIndex(id) != before[id] {
-			changed = append(changed, id)
-		}
-	}
 	if len(changed) != 1 {
 		t.Fatalf("jobs changed when the leader died: %v, want exactly the first one", changed)
 	}
@@ -488,7 +499,6 @@ func TestFaultLeaderKilledMidApply(t *testing.T) {
 	if s, _ := e.state(changed[0]); s.Pending == nil {
 		t.Fatalf("%s: no pending write recorded before the apply: %+v", changed[0], s)
 	}
-	e.agentEnv = c.environ()
 	nu := e.startAgent(t, "new-leader", cfg)
 	line := nu.waitLogged(t, 90*time.Second, "completed the bookkeeping of an interrupted write", changed[0])
 	t.Logf("new leader, %s after the kill: %s", time.Since(killed).Round(100*time.Millisecond), line)
@@ -514,31 +524,14 @@ func TestFaultGracefulShutdown(t *testing.T) {
 			}
 		}
 	})
-	before := map[string]uint64{}
-	for _, id := range ids {
-		before[id] = e.modifyIndex(id)
-	}
 	cfg := e.agentConfig(t, "")
-	e.agentEnv = c.environ("NOMAD_ADDR=http://" + proxy.addr)
-	old := e.startAgent(t, "stopping", cfg)
-	victim.Store(old)
-	select {
-	case <-old.done:
-	case <-time.After(90 * time.Second):
-		t.Fatalf("the agent did not exit within 90s of SIGTERM")
-	}
+	old, changed := e.runThrough(t, c, proxy, &victim, "stopping", cfg, ids)
 	stopped := time.Now()
 	exit := old.cmd.ProcessState
 	if exit == nil || !exit.Success() {
 		t.Errorf("agent exit after SIGTERM: %v, want 0", exit)
 	}
 	old.waitLogged(t, time.Second, "round interrupted")
-	changed := []string{}
-	for _, id := range ids {
-		if e.modifyIndex(id) != before[id] {
-			changed = append(changed, id)
-		}
-	}
 	if len(changed) != 1 {
 		t.Fatalf("jobs changed by the stopping agent: %v, want exactly the one in flight", changed)
 	}
@@ -549,7 +542,6 @@ func TestFaultGracefulShutdown(t *testing.T) {
 	if err != nil || holder != "" {
 		t.Errorf("lock after a graceful stop: holder %q, err %v; want released", holder, err)
 	}
-	e.agentEnv = c.environ()
 	nu := e.startAgent(t, "successor", cfg)
 	nu.waitLogged(t, 30*time.Second, "acquired leadership")
 	t.Logf("successor took the lock %s after the old agent exited", time.Since(stopped).Round(10*time.Millisecond))

@@ -15,6 +15,11 @@ var (
 	ErrConflict = errors.New("conflicting modification")
 	// ErrNotFound: the job or key does not exist (any more).
 	ErrNotFound = errors.New("not found")
+	// ErrPermissionDenied: the server refused the call for lack of ACL
+	// permission (HTTP 403: no token, an unknown token, or a token whose
+	// policy lacks the rule). The wrapping error names the server, the
+	// operation, the key or namespace and the rule the token needs.
+	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // JobRef names a Nomad job.

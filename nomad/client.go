@@ -146,7 +146,7 @@ func (c *Client) ListJobs(ctx context.Context, waitIndex uint64, wait time.Durat
 	q.WaitTime = wait
 	stubs, qm, err := c.api.Jobs().List(q)
 	if err != nil {
-		return nil, 0, fmt.Errorf("failed to list jobs: %w", err)
+		return nil, 0, fmt.Errorf("failed to list jobs: %w", Classify(err, `listing jobs in namespace "*"`, NeedNamespace("list-jobs", "*")))
 	}
 	refs := make([]jobs.JobRef, 0, len(stubs))
 	for _, s := range stubs {
@@ -169,7 +169,7 @@ func (c *Client) info(ctx context.Context, ref jobs.JobRef) (*api.Job, error) {
 		if isNotFound(err) {
 			return nil, fmt.Errorf("failed to read job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
 		}
-		return nil, fmt.Errorf("failed to read job %s: %w", ref, err)
+		return nil, fmt.Errorf("failed to read job %s: %w", ref, Classify(err, "reading job "+ref.String(), NeedNamespace("read-job", namespace(ref))))
 	}
 	if job.JobModifyIndex == nil {
 		return nil, fmt.Errorf("failed to read job %s: server returned no JobModifyIndex", ref)
@@ -241,7 +241,7 @@ func (c *Client) submitTime(ctx context.Context, ref jobs.JobRef, job *api.Job) 
 			if isNotFound(err) {
 				return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
 			}
-			return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, err)
+			return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, Classify(err, "reading versions of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 		}
 		for _, v := range versions {
 			if t := deref(v.SubmitTime); t > 0 && t < first {
@@ -264,7 +264,7 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job) ([]
 	q.Params = map[string]string{"resources": "true"}
 	allocs, _, err := c.api.Allocations().List(q)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list allocations of job %s: %w", ref, err)
+		return nil, fmt.Errorf("failed to list allocations of job %s: %w", ref, Classify(err, "listing allocations of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 	}
 	const unranked = 1 << 30
 	rank := map[string]int{}
@@ -324,7 +324,7 @@ func (c *Client) allocDevices(ctx context.Context, a *api.AllocationListStub) (i
 			if isNotFound(err) {
 				return 0, nil // garbage-collected meanwhile
 			}
-			return 0, fmt.Errorf("failed to read allocation %s: %w", a.ID, err)
+			return 0, fmt.Errorf("failed to read allocation %s: %w", a.ID, Classify(err, "reading allocation "+a.ID, NeedNamespace("read-job", a.Namespace)))
 		}
 		res = full.AllocatedResources
 	}
@@ -369,7 +369,7 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	q.Params = map[string]string{"resources": "true"}
 	stubs, _, err := c.api.Nodes().List(q)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list nodes: %w", err)
+		return nil, fmt.Errorf("failed to list nodes: %w", Classify(err, "listing nodes", NeedNode))
 	}
 	var out []jobs.Node
 	index := map[string]int{}
@@ -387,7 +387,7 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 				if isNotFound(err) {
 					continue
 				}
-				return nil, fmt.Errorf("failed to read node %s: %w", s.Name, err)
+				return nil, fmt.Errorf("failed to read node %s: %w", s.Name, Classify(err, "reading node "+s.Name, NeedNode))
 			}
 			res = n.NodeResources
 		}
@@ -419,7 +419,7 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	q.Params = map[string]string{"resources": "true"}
 	allocs, _, err := c.api.Allocations().List(q)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list allocations: %w", err)
+		return nil, fmt.Errorf("failed to list allocations: %w", Classify(err, "listing allocations in every namespace (to count the GPUs other jobs hold)", NeedNamespace("read-job", "*")))
 	}
 	for _, a := range allocs {
 		i, ok := index[a.NodeID]
@@ -504,7 +504,7 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		if isNotFound(err) {
 			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
 		}
-		return 0, fmt.Errorf("failed to register job %s: %w", ref, err)
+		return 0, fmt.Errorf("failed to register job %s: %w", ref, Classify(err, "registering job "+ref.String(), NeedNamespace("submit-job", ref.Namespace)))
 	}
 	if resp.Warnings != "" {
 		log.Debug("register warnings", "warnings", resp.Warnings)

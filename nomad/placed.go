@@ -41,7 +41,7 @@ func (c *Client) Placed(ctx context.Context, ref jobs.JobRef, sinceIndex uint64)
 			if isNotFound(err) {
 				return false, "", fmt.Errorf("failed to list evaluations of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
 			}
-			return false, "", fmt.Errorf("failed to list evaluations of job %s: %w", ref, err)
+			return false, "", fmt.Errorf("failed to list evaluations of job %s: %w", ref, Classify(err, "listing evaluations of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 		}
 		evals = evals[:0]
 		pending := false
@@ -87,7 +87,7 @@ func (c *Client) Placed(ctx context.Context, ref jobs.JobRef, sinceIndex uint64)
 		if isNotFound(err) {
 			return false, "", fmt.Errorf("failed to read summary of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
 		}
-		return false, "", fmt.Errorf("failed to read summary of job %s: %w", ref, err)
+		return false, "", fmt.Errorf("failed to read summary of job %s: %w", ref, Classify(err, "reading summary of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 	}
 	for _, tg := range slices.Sorted(maps.Keys(sum.Summary)) {
 		if n := sum.Summary[tg].Queued; n > 0 {

@@ -18,6 +18,26 @@
 # instead of a dev agent, so its KV store survives `stop consul` + `start
 # consul` (a dev agent keeps everything in memory).
 #
+# A secure cluster, for the access tests (both off by default):
+#
+#   POLLUX_ACL=1  ACLs on both servers, default deny. Consul gets a random
+#                 initial management token (also its agent token); Nomad's
+#                 ACLs are bootstrapped with a random management token once
+#                 the server is up. The Nomad agents use Consul's management
+#                 token. <dir>/env exports both as NOMAD_TOKEN and
+#                 CONSUL_HTTP_TOKEN; <dir>/acl holds them.
+#   POLLUX_TLS=1  a CA and one certificate for every agent (SANs 127.0.0.1,
+#                 localhost, server.global.nomad, client.global.nomad),
+#                 made with openssl under <dir>/tls. Consul serves HTTPS
+#                 only (on the port HTTP would have), Nomad TLS on HTTP and
+#                 RPC (verify_server_hostname), and the Nomad agents talk to
+#                 Consul over HTTPS. <dir>/env exports NOMAD_ADDR=https://...,
+#                 NOMAD_CACERT, CONSUL_HTTP_SSL=true and CONSUL_CACERT.
+#                 Client certificates are not required.
+#
+# Both are recorded in <dir>/secure at `up`, so later commands (start,
+# status, down) need not repeat them.
+#
 # One Consul dev agent, one Nomad server and NOMAD_CLIENTS Nomad clients
 # (default 2), each its own process with its own data dir, ports and node name
 # (client-1, client-2, ...). Every client has POLLUX_GPUS_PER_CLIENT (default
@@ -45,6 +65,16 @@ off=${POLLUX_PORT_OFFSET:-11000}
 ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
 consul_dev=${POLLUX_CONSUL_DEV:-1}
 device=nomad/file/mock
+
+# secure_mode: ACL and TLS of this cluster: as recorded at `up`, else from
+# POLLUX_ACL / POLLUX_TLS.
+secure_mode() {
+  acl=${POLLUX_ACL:-0}
+  tls=${POLLUX_TLS:-0}
+  if [ -f "$dir/secure" ]; then read -r acl tls <"$dir/secure"; fi
+  return 0
+}
+secure_mode
 
 consul_http=$((8500 + off))
 consul_server=$((8300 + off))
@@ -188,12 +218,51 @@ port_busy() { ss -ltnH "( sport = :$1 )" 2>/dev/null | grep -q .; }
 
 # --- HTTP checks -------------------------------------------------------------
 
-consul_addr() { echo "http://127.0.0.1:$consul_http"; }
-nomad_addr() { echo "http://127.0.0.1:$nomad_http"; }
-get() { curl -fsS --max-time 3 "$@"; }
+scheme() { if [ "$tls" = 1 ]; then echo https; else echo http; fi; }
+consul_addr() { echo "$(scheme)://127.0.0.1:$consul_http"; }
+nomad_addr() { echo "$(scheme)://127.0.0.1:$nomad_http"; }
+
+# set_auth URL: the curl options a request to URL needs in auth: on a TLS
+# cluster the CA, with ACLs the server's management token (from a header
+# file, so it is not on a command line). Empty on a default cluster.
+auth=()
+set_auth() {
+  auth=()
+  case "$1" in https://*) auth+=(--cacert "$dir/tls/ca.pem") ;; esac
+  case "$1" in
+    "$(nomad_addr)"*) if [ -f "$dir/acl/nomad.header" ]; then auth+=(-H "@$dir/acl/nomad.header"); fi ;;
+    "$(consul_addr)"*) if [ -f "$dir/acl/consul.header" ]; then auth+=(-H "@$dir/acl/consul.header"); fi ;;
+  esac
+  return 0
+}
+# get [CURL-OPTION...] URL
+get() {
+  set_auth "${@: -1}"
+  curl -fsS --max-time 3 ${auth[@]+"${auth[@]}"} "$@"
+}
 
 consul_leader() { [ -n "$(get "$(consul_addr)/v1/status/leader" 2>/dev/null | tr -d '"')" ]; }
 nomad_leader() { [ -n "$(get "$(nomad_addr)/v1/status/leader" 2>/dev/null | tr -d '"')" ]; }
+
+# consul_ready: a leader, and with ACLs the management token works (Consul
+# creates it only after it became leader).
+consul_ready() {
+  consul_leader || return 1
+  [ "$acl" = 1 ] || return 0
+  get "$(consul_addr)/v1/acl/token/self" >/dev/null 2>&1
+}
+
+# nomad_acl_ready: Nomad's ACLs are bootstrapped with the cluster's
+# management token (bootstrapping it if not yet).
+nomad_acl_ready() {
+  get "$(nomad_addr)/v1/acl/token/self" >/dev/null 2>&1 && return 0
+  local url
+  url="$(nomad_addr)/v1/acl/bootstrap"
+  set_auth "$url"
+  curl -fsS --max-time 3 ${auth[@]+"${auth[@]}"} -X POST \
+    -d "{\"BootstrapSecret\": \"$(cat "$dir/acl/nomad-token")\"}" "$url" >/dev/null 2>&1 || true
+  get "$(nomad_addr)/v1/acl/token/self" >/dev/null 2>&1
+}
 
 # client_ready NAME: node NAME is ready, eligible and has its GPUs, all healthy.
 client_ready() {
@@ -317,7 +386,125 @@ EOF
   done
 }
 
+# --- ACL and TLS (POLLUX_ACL, POLLUX_TLS) -------------------------------------
+
+new_uuid() { cat /proc/sys/kernel/random/uuid; }
+
+# make_certs: a CA and one certificate (with both server and client usage)
+# for every agent, under $dir/tls.
+make_certs() {
+  command -v openssl >/dev/null || die "POLLUX_TLS=1 needs openssl (apt-get install openssl)"
+  local t=$dir/tls
+  mkdir -p "$t"
+  cat >"$t/openssl.cnf" <<EOF
+[req]
+distinguished_name = dn
+prompt             = no
+x509_extensions    = ca
+[dn]
+CN = Pollux test cluster CA
+[ca]
+basicConstraints     = critical,CA:TRUE
+keyUsage             = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[agent]
+basicConstraints = critical,CA:FALSE
+keyUsage         = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName   = IP:127.0.0.1,DNS:localhost,DNS:server.global.nomad,DNS:client.global.nomad
+EOF
+  {
+    openssl ecparam -name prime256v1 -genkey -noout -out "$t/ca-key.pem" &&
+      openssl req -x509 -new -config "$t/openssl.cnf" -key "$t/ca-key.pem" -sha256 -days 30 -out "$t/ca.pem" &&
+      openssl ecparam -name prime256v1 -genkey -noout -out "$t/agent-key.pem" &&
+      openssl req -new -config "$t/openssl.cnf" -key "$t/agent-key.pem" -subj "/CN=server.global.nomad" -out "$t/agent.csr" &&
+      openssl x509 -req -in "$t/agent.csr" -CA "$t/ca.pem" -CAkey "$t/ca-key.pem" -CAcreateserial -days 30 -sha256 \
+        -extfile "$t/openssl.cnf" -extensions agent -out "$t/agent.pem"
+  } >"$t/openssl.log" 2>&1 || { cat "$t/openssl.log" >&2; die "could not make the TLS certificates"; }
+  chmod 600 "$t"/*-key.pem
+}
+
+# make_tokens: the management tokens of both servers, under $dir/acl.
+make_tokens() {
+  local a=$dir/acl
+  mkdir -p "$a"
+  new_uuid >"$a/consul-token"
+  new_uuid >"$a/nomad-token"
+  echo "X-Consul-Token: $(cat "$a/consul-token")" >"$a/consul.header"
+  echo "X-Nomad-Token: $(cat "$a/nomad-token")" >"$a/nomad.header"
+  chmod 600 "$a"/*
+}
+
+# write_secure_configs: Consul's config file and the one file every Nomad
+# agent loads after its own (Nomad merges them block by block).
+write_secure_configs() {
+  local t=$dir/tls
+  : >"$dir/consul.hcl"
+  : >"$dir/nomad-secure.hcl"
+  if [ "$acl" = 1 ]; then
+    cat >>"$dir/consul.hcl" <<EOF
+acl {
+  enabled                  = true
+  default_policy           = "deny"
+  enable_token_persistence = true
+  tokens {
+    initial_management = "$(cat "$dir/acl/consul-token")"
+    # A test cluster: the agent uses the management token too.
+    agent = "$(cat "$dir/acl/consul-token")"
+  }
+}
+EOF
+    cat >>"$dir/nomad-secure.hcl" <<EOF
+acl {
+  enabled = true
+}
+EOF
+  fi
+  if [ "$tls" = 1 ]; then
+    cat >>"$dir/consul.hcl" <<EOF
+tls {
+  https {
+    ca_file         = "$t/ca.pem"
+    cert_file       = "$t/agent.pem"
+    key_file        = "$t/agent-key.pem"
+    verify_incoming = false
+  }
+}
+EOF
+    cat >>"$dir/nomad-secure.hcl" <<EOF
+tls {
+  http                   = true
+  rpc                    = true
+  ca_file                = "$t/ca.pem"
+  cert_file              = "$t/agent.pem"
+  key_file               = "$t/agent-key.pem"
+  verify_server_hostname = true
+  verify_https_client    = false
+}
+EOF
+  fi
+  {
+    echo "consul {"
+    if [ "$tls" = 1 ]; then
+      cat <<EOF
+  ssl        = true
+  verify_ssl = true
+  ca_file    = "$t/ca.pem"
+  cert_file  = "$t/agent.pem"
+  key_file   = "$t/agent-key.pem"
+EOF
+    fi
+    if [ "$acl" = 1 ]; then echo "  token      = \"$(cat "$dir/acl/consul-token")\""; fi
+    echo "}"
+  } >>"$dir/nomad-secure.hcl"
+  chmod 600 "$dir/consul.hcl" "$dir/nomad-secure.hcl"
+}
+
 # --- commands ----------------------------------------------------------------
+
+# secure_config: the extra -config option of a Nomad agent on a secure
+# cluster (nothing on a default one).
+secure_config() { if [ -f "$dir/nomad-secure.hcl" ]; then echo "-config $dir/nomad-secure.hcl"; fi; }
 
 # launch AGENT: start one agent of the cluster with its configuration.
 launch() {
@@ -328,21 +515,27 @@ launch() {
         mkdir -p "$dir/consul-data"
         mode=(-server -bootstrap-expect 1 -data-dir "$dir/consul-data" -ui=false)
       fi
+      local ports="http = $consul_http"
+      if [ -f "$dir/consul.hcl" ]; then
+        mode+=(-config-file "$dir/consul.hcl")
+        # TLS: HTTPS only, on the port HTTP would have.
+        if [ "$tls" = 1 ]; then ports="http = -1, https = $consul_http"; fi
+      fi
       log "starting consul on $(consul_addr) (${mode[*]})"
       start consul "$dir/consul" "$bin/consul" agent "${mode[@]}" -node pollux-consul \
         -bind 127.0.0.1 -client 127.0.0.1 \
         -hcl 'disable_update_check = true' \
-        -hcl "ports { http = $consul_http, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
+        -hcl "ports { $ports, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
       ;;
     nomad-server)
       log "starting nomad server on $(nomad_addr)"
-      start nomad-server "$dir/nomad-server" "$bin/nomad" agent -config "$dir/nomad-server.hcl"
+      start nomad-server "$dir/nomad-server" "$bin/nomad" agent -config "$dir/nomad-server.hcl" $(secure_config)
       ;;
     client-[0-9]*)
       local i=${1#client-}
       [ -f "$dir/$1.hcl" ] || die "no agent $1 in this cluster"
       log "starting nomad $1 (http 127.0.0.1:$(client_port "$i" 0), $gpus x $device in $dir/gpus-$i)"
-      start "$1" "$dir/$1" "$bin/nomad" agent -config "$dir/$1.hcl"
+      start "$1" "$dir/$1" "$bin/nomad" agent -config "$dir/$1.hcl" $(secure_config)
       ;;
     *) die "unknown agent $1 (consul, nomad-server or client-<i>)" ;;
   esac
@@ -353,7 +546,7 @@ launch() {
 wait_ready() {
   start_time=${start_time:-$SECONDS}
   case "$1" in
-    consul) wait_for "a consul leader" consul consul_leader ;;
+    consul) wait_for "a consul leader" consul consul_ready ;;
     nomad-server) wait_for "a nomad leader" nomad-server nomad_leader ;;
     client-*) wait_for "$1 to be ready with $gpus healthy $device" "$1" client_ready "$1" ;;
   esac
@@ -446,6 +639,7 @@ do_up() {
     fi
     log "stale cluster state in $dir; cleaning it up first"
     do_down
+    secure_mode
   fi
   [ -x "$bin/consul" ] && [ -x "$bin/nomad" ] && [ -x "$bin/plugins/example-fs-device" ] ||
     die "server binaries missing in $bin: run scripts/install-servers.sh"
@@ -469,6 +663,12 @@ do_up() {
     for p in $(seq 0 $((gpus - 1))); do : >"$dir/gpus-$i/gpu-$i-$p"; done
   done
   write_configs
+  if [ "$acl" = 1 ] || [ "$tls" = 1 ]; then
+    echo "$acl $tls" >"$dir/secure"
+    if [ "$tls" = 1 ]; then make_certs; fi
+    if [ "$acl" = 1 ]; then make_tokens; fi
+    write_secure_configs
+  fi
 
   echo "$consul_dev" >"$dir/consul-dev"
   launch consul
@@ -476,6 +676,7 @@ do_up() {
   launch nomad-server
   for i in $(seq 1 "$clients"); do launch "client-$i"; done
   wait_ready nomad-server
+  if [ "$acl" = 1 ]; then wait_for "nomad acl bootstrap" nomad-server nomad_acl_ready; fi
   for i in $(seq 1 "$clients"); do wait_ready "client-$i"; done
 
   cat >"$dir/env" <<EOF
@@ -484,6 +685,19 @@ export CONSUL_HTTP_ADDR=127.0.0.1:$consul_http
 export POLLUX_DEVICE=$device
 export POLLUX_CLUSTER_DIR=$dir
 EOF
+  if [ "$tls" = 1 ]; then
+    cat >>"$dir/env" <<EOF
+export NOMAD_CACERT=$dir/tls/ca.pem
+export CONSUL_HTTP_SSL=true
+export CONSUL_CACERT=$dir/tls/ca.pem
+EOF
+  fi
+  if [ "$acl" = 1 ]; then
+    cat >>"$dir/env" <<EOF
+export NOMAD_TOKEN=$(cat "$dir/acl/nomad-token")
+export CONSUL_HTTP_TOKEN=$(cat "$dir/acl/consul-token")
+EOF
+  fi
   log "ready in $((SECONDS - start_time))s: consul + nomad server + $clients clients x $gpus GPUs; source $dir/env"
 }
 
@@ -502,7 +716,8 @@ do_down() {
     jobs=$(get "$(nomad_addr)/v1/jobs?namespace=*" | jq -r '.[] | "\(.Namespace) \(.ID)"' || true)
     while read -r ns id; do
       [ -n "$id" ] || continue
-      curl -fsS --max-time 5 -X DELETE "$(nomad_addr)/v1/job/$(jq -rn --arg s "$id" '$s|@uri')?purge=true&namespace=$ns" >/dev/null || true
+      set_auth "$(nomad_addr)"
+      curl -fsS --max-time 5 ${auth[@]+"${auth[@]}"} -X DELETE "$(nomad_addr)/v1/job/$(jq -rn --arg s "$id" '$s|@uri')?purge=true&namespace=$ns" >/dev/null || true
       n=$((n + 1))
     done <<<"$jobs"
     if [ $n -gt 0 ]; then

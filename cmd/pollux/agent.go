@@ -49,6 +49,7 @@ type setup struct {
 	cluster *nomad.Client
 	kv      *consul.Client
 	consul  *consulapi.Client
+	nomad   *nomadapi.Client
 }
 
 func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, error) {
@@ -91,7 +92,7 @@ func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, err
 	if err != nil {
 		return nil, err
 	}
-	return &setup{log: log, cfg: cfg, cluster: cluster, kv: kv, consul: cc}, nil
+	return &setup{log: log, cfg: cfg, cluster: cluster, kv: kv, consul: cc, nomad: nc}, nil
 }
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -112,27 +113,40 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// The access check (access.go) gates the agent and feeds /healthz.
+	acc := &accessCheck{cluster: s.cluster, nomadAPI: s.nomad, kv: s.kv, consulAPI: s.consul, submit: !s.cfg.DryRun, log: s.log.Named("access")}
 	if f.httpAddr != "" {
 		ln, err := net.Listen("tcp", f.httpAddr)
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", f.httpAddr, err)
 		}
-		srv := &http.Server{Handler: httpHandler(tel), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: httpHandler(tel, acc), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		s.log.Info("serving health and metrics", "addr", ln.Addr().String())
 	}
 	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
+	ready := make(chan struct{})
+	go acc.run(ctx, ready)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return nil
+	}
 	return jobs.RunAgent(ctx, jobs.AgentOptions{
 		Controller: ctrl, Leadership: leader, KV: s.kv, Logger: s.log, Base: s.cfg, Telemetry: tel,
 	})
 }
 
-// httpHandler serves /healthz and Prometheus /metrics.
-func httpHandler(tel *jobs.Telemetry) http.Handler {
+// httpHandler serves /healthz (503 with the reasons while the access
+// check finds problems) and Prometheus /metrics.
+func httpHandler(tel *jobs.Telemetry, acc *accessCheck) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
+		code, body := acc.health()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, body)
 	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
