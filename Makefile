@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./report/...
 FUZZTIME ?= 20s
 
-.PHONY: help build simulate test unit servers cluster-up cluster-down lint check bench fuzz fidelity quality demo ci clean
+.PHONY: help build simulate test unit servers cluster-up cluster-down lint check bench fuzz fidelity quality load demo ci clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags load ./e2e/
 
 check: lint ## lint + dependency direction (pure packages import no Nomad/Consul)
 	@bad=$$($(GO) list -deps $(PURE) | grep -E 'github.com/hashicorp/(nomad|consul)' || true); \
@@ -64,6 +65,9 @@ fidelity: ## per-workload deviation of Tiresias/Optimus from the published JCTs
 
 quality: ## Pollux vs published Pollux and vs Tiresias on generated workloads
 	$(GO) test -count=1 -run 'TestQuality' -v -timeout 60m ./sim/
+
+load: servers ## load test: LOAD_JOBS (200) jobs on LOAD_CLIENTS (8) clients x 4 GPUs, agent every LOAD_INTERVAL (10s) for LOAD_DURATION (10m); report in out/load-*.json
+	$(GO) test -tags load -count=1 -run '^TestLoad$$' -v -timeout 120m ./e2e/
 
 demo: build servers ## closed loop on a local cluster: 20 jobs of workload 1 as emulated trainers driven by the controller (~15 min), compared with the simulator
 	scripts/with-cluster.sh ./$(BIN)/pollux demo -workload workload-1 -jobs 20 -speedup 100

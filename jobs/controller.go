@@ -725,7 +725,9 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	d := Decide(e.spec, fit, want, c.round)
 	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
 	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
-	if SamePlacement(want, e.job.Placement) {
+	// An unshaped job given nothing is not unchanged: as submitted it asks
+	// Nomad for GPUs on its own, so it is scaled to zero.
+	if SamePlacement(want, e.job.Placement) && !(len(want) == 0 && e.job.Unshaped) {
 		c.checkPlaced(ctx, e)
 		c.publish(ctx, ref, d)
 		return

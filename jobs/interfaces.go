@@ -57,6 +57,13 @@ type Job struct {
 	// (from the controller's per-node groups), in rank order; empty for a
 	// job the controller has not shaped yet or scaled to zero.
 	Placement []NodeGPUs
+	// Unshaped is true while the worker group is still as its author
+	// submitted it (no per-node groups written yet) and asks for GPUs
+	// (count of at least 1). Placement is then empty, but Nomad runs or
+	// queues the job on its own: a decision of zero GPUs must still be
+	// written (count = 0), or the job would hold GPUs the policy gave to
+	// others.
+	Unshaped bool
 	// Running is what Nomad actually placed: the GPUs held by the job's
 	// pending or running allocations, per node, in rank order.
 	Running []NodeGPUs

@@ -210,6 +210,7 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 		j.Problem = problem
 	default:
 		j.Placement = specPlacement(job, g, c.dev)
+		j.Unshaped = len(j.Placement) == 0 && g.Meta[MetaNode] == "" && count(g) >= 1
 	}
 	if j.Running, err = c.running(ctx, ref, job); err != nil {
 		return jobs.Job{}, err

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pollux-nomad/pollux/jobs"
+)
+
+// TestMoreJobsThanGPUs: three tagged jobs that each need at least 4 GPUs
+// on 8 GPUs. Each runs as submitted (1 GPU); the policy can give only two
+// of them 4 GPUs, so the third gets none and must be scaled to zero: as
+// submitted it would keep a GPU the policy gave to another job, whose
+// allocation would then never be placed. (Found by the load test: jobs
+// left unshaped kept their GPUs.)
+func TestMoreJobsThanGPUs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		id := e.registerJob("big", map[string]string{"pollux_min_gpus": "4"})
+		e.putMetrics(id, e.profileDoc("cifar10", []int{1}, []int{2}, []int{4}))
+		ids = append(ids, id)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for _, id := range ids {
+		for {
+			got, err := e.devicesPerNode(ctx, id)
+			if err == nil && len(got) == 1 && got[0].GPUs == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s not running with 1 GPU as submitted: %v %v", id, got, err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	c := e.controller("capacity", nil)
+	st, err := c.Round(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed, zero := 0, ""
+	for _, id := range ids {
+		js := jobStatus(t, st, id)
+		if js.Decision == nil {
+			t.Fatalf("%s: no decision: %+v", id, js)
+		}
+		switch js.GPUs {
+		case 0:
+			zero = id
+			if !js.Applied {
+				t.Errorf("%s: given 0 GPUs but not rewritten (it still asks for 1 GPU): %+v", id, js)
+			}
+		default:
+			placed++
+			if js.GPUs < 4 {
+				t.Errorf("%s: %d GPUs, below its minimum 4", id, js.GPUs)
+			}
+		}
+	}
+	if placed != 2 || zero == "" {
+		t.Fatalf("round gave %d jobs GPUs and none to %q; want 2 placed and one at zero: %+v", placed, zero, st.Jobs)
+	}
+	// Nomad runs the two placed jobs as decided and nothing of the third.
+	for _, id := range ids {
+		if id == zero {
+			continue
+		}
+		got := e.waitPlaced(t, id, 90*time.Second)
+		t.Logf("%s placed on %s", id, jobs.FormatPlacement(got))
+	}
+	for deadline = time.Now().Add(60 * time.Second); ; {
+		j, err := e.cluster.ReadJob(ctx, ref(zero))
+		if err == nil && len(j.Running) == 0 && !j.Unshaped && len(j.Placement) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still running %v (unshaped %v, err %v), want scaled to zero", zero, j.Running, j.Unshaped, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The next round leaves the zero-GPU job alone (nothing more to write).
+	st, err = c.Round(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js := jobStatus(t, st, zero); js.Changed || js.Applied {
+		t.Errorf("round 2 rewrote the zero-GPU job again: %+v", js)
+	}
+}
