@@ -53,6 +53,24 @@ job "pollux" {
 
       # NOMAD_ADDR, CONSUL_HTTP_ADDR and the tokens come from the node's
       # environment or Nomad workload identity / Vault; set them here if not.
+      # With ACLs, store the two least-privilege tokens (deploy/acl/, README
+      # "Access control and TLS") in the Nomad variable nomad/jobs/pollux,
+      # which this job's workload identity may read, and uncomment:
+      #
+      # template {
+      #   destination = "secrets/tokens.env"
+      #   env         = true
+      #   data        = <<-EOT
+      #     {{ with nomadVar "nomad/jobs/pollux" }}
+      #     NOMAD_TOKEN={{ .nomad_token }}
+      #     CONSUL_HTTP_TOKEN={{ .consul_token }}
+      #     {{ end }}
+      #   EOT
+      # }
+      #
+      # With TLS, use https:// in NOMAD_ADDR and set NOMAD_CACERT,
+      # CONSUL_HTTP_SSL=true and CONSUL_CACERT (and the client certificate
+      # variables if the servers verify clients).
       env {
         NOMAD_ADDR       = "http://${attr.unique.network.ip-address}:4646"
         CONSUL_HTTP_ADDR = "${attr.unique.network.ip-address}:8500"
