@@ -86,7 +86,38 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if js := jobStatus(t, st, zero); js.Changed || js.Applied {
-		t.Errorf("round 2 rewrote the zero-GPU job again: %+v", js)
+	if js := jobStatus(t, st, zero); js.Changed || js.Applied || js.State != jobs.StateScheduled {
+		t.Errorf("round 2: the zero-GPU job %+v, want scheduled and left alone", js)
 	}
+	// Nomad calls a batch job with no allocations dead; the controller
+	// must still schedule it: when another job ends, it gets the GPUs.
+	var gone string
+	for _, id := range ids {
+		if id != zero {
+			gone = id
+			break
+		}
+	}
+	if _, _, err := e.nomad.Jobs().Deregister(gone, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline = time.Now().Add(60 * time.Second); ; {
+		if got, _ := e.devicesPerNode(ctx, gone); len(got) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still runs after its purge", gone)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	st, err = c.Round(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jobStatus(t, st, zero)
+	if js.State != jobs.StateScheduled || !js.Applied || js.GPUs < 4 {
+		t.Fatalf("after %s ended, the zero-GPU job: %+v, want scheduled and placed on at least 4 GPUs", gone, js)
+	}
+	got := e.waitPlaced(t, zero, 90*time.Second)
+	t.Logf("%s placed on %s once %s ended", zero, jobs.FormatPlacement(got), gone)
 }

@@ -134,6 +134,7 @@ func (e *env) loadJob(ctx context.Context, i int) (string, error) {
 		CPU: ptr(20), MemoryMB: ptr(16),
 		Devices: []*nomadapi.RequestedDevice{{Name: e.device, Count: ptr(uint64(1))}},
 	}
+	task.LogConfig = &nomadapi.LogConfig{MaxFiles: ptr(1), MaxFileSizeMB: ptr(1)}
 	tg := nomadapi.NewTaskGroup("workers", 1).AddTask(task)
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}

@@ -349,7 +349,11 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 			c.metrics.incError("read_job")
 			continue
 		}
-		if job.Stopped || job.Status == "dead" {
+		// Dead is also what Nomad calls a batch job the controller scaled to
+		// zero (no groups with a count, no allocations): that one waits for
+		// GPUs and stays scheduled.
+		scaledToZero := len(job.Placement) == 0 && !job.Unshaped && job.Problem == ""
+		if job.Stopped || (job.Status == "dead" && !scaledToZero) {
 			for _, r := range job.Running {
 				held[r.Node] += r.GPUs
 			}
@@ -466,11 +470,61 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 		status.Errors = append(status.Errors, "no job changed this round: "+hold)
 		c.log.Warn("holding every job this round", "reason", hold)
 	}
+	// Nomad keeps a destructive update's old allocation until the new one
+	// is placed. A job whose new GPUs are still held by a job that only
+	// moves away later in this round (a swap of nodes, or a cycle of
+	// them) would therefore wait for it forever, and it for this one. Such
+	// jobs are set aside, stopped (scaled to zero) once every other change
+	// is written, and then placed.
+	writes := apply && !cfg.DryRun && hold == ""
+	free := newOccupancy(in.Nodes, entries)
+	var blocked []*entry
+	interrupted := func(done, left int) bool {
+		if ctx.Err() == nil {
+			return false
+		}
+		// Shutting down or lost the lock: the writes done so far are
+		// recorded; the rest are left for the next leader's round.
+		c.log.Info("round interrupted; leaving the remaining jobs as they are", "applied", done, "left", left, "error", ctx.Err())
+		return true
+	}
 	for i, e := range entries {
-		if ctx.Err() != nil {
-			// Shutting down or lost the lock: the writes done so far are
-			// recorded; the rest are left for the next leader's round.
-			c.log.Info("round interrupted; leaving the remaining jobs as they are", "applied", i, "left", len(entries)-i, "error", ctx.Err())
+		if interrupted(i, len(entries)-i) {
+			blocked = nil
+			break
+		}
+		alloc := next[e.job.JobRef.String()]
+		want := PlacementOf(alloc)
+		if writes && !unchanged(e, want) && !free.fits(e, want) {
+			blocked = append(blocked, e)
+			continue
+		}
+		running := e.job.Running
+		c.settle(ctx, cfg, apply, e, alloc, status, hold)
+		if e.st.Applied {
+			free.move(running, want)
+		}
+	}
+	var placeAfter []*entry
+	for i, e := range blocked {
+		if interrupted(i, len(blocked)-i) {
+			break
+		}
+		if c.vacate(ctx, e, status) {
+			free.move(e.job.Running, nil)
+			placeAfter = append(placeAfter, e)
+			continue
+		}
+		// Not stopped (changed meanwhile, or Nomad failed): moving it now
+		// would deadlock, so it keeps its placement until the next round.
+		why := "could not stop it ahead of its move"
+		if e.st.Error != "" {
+			why += ": " + e.st.Error
+		}
+		c.settle(ctx, cfg, apply, e, next[e.job.JobRef.String()], status, why)
+	}
+	for i, e := range placeAfter {
+		if interrupted(i, len(placeAfter)-i) {
 			break
 		}
 		c.settle(ctx, cfg, apply, e, next[e.job.JobRef.String()], status, hold)
@@ -712,6 +766,13 @@ func (c *Controller) input(cfg Config, now time.Time, entries []*entry, nodes []
 	return in
 }
 
+// unchanged reports whether the job's spec already asks for placement
+// want. An unshaped job given nothing is not unchanged: as submitted it
+// asks Nomad for GPUs on its own, so it must be scaled to zero.
+func unchanged(e *entry, want []NodeGPUs) bool {
+	return SamePlacement(want, e.job.Placement) && !(len(want) == 0 && e.job.Unshaped)
+}
+
 // settle compares the policy's allocation for one job with the job's spec,
 // applies a change with check-and-set, and publishes the decision.
 func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entry, alloc []string, status *Status, hold string) {
@@ -725,9 +786,7 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	d := Decide(e.spec, fit, want, c.round)
 	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
 	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
-	// An unshaped job given nothing is not unchanged: as submitted it asks
-	// Nomad for GPUs on its own, so it is scaled to zero.
-	if SamePlacement(want, e.job.Placement) && !(len(want) == 0 && e.job.Unshaped) {
+	if unchanged(e, want) {
 		c.checkPlaced(ctx, e)
 		c.publish(ctx, ref, d)
 		return
@@ -741,6 +800,40 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		e.st.Error = "held: " + hold
 		return
 	}
+	from := FormatPlacement(e.job.Placement)
+	idx, ok := c.write(ctx, e, alloc, d, status)
+	if !ok {
+		return
+	}
+	e.st.Applied = true
+	c.publish(context.WithoutCancel(ctx), ref, d)
+	log.Info("reallocated", "from", from, "to", d.Placement, "batch_size", d.BatchSize,
+		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
+}
+
+// vacate scales a job to zero ahead of its new placement (see the apply
+// loop in Round: a swap of GPUs between jobs). The job is consistent
+// meanwhile: no groups and the meta of a zero-GPU decision. It reports
+// whether the write happened.
+func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool {
+	d := Decide(e.spec, nil, nil, c.round)
+	from := FormatPlacement(e.job.Placement)
+	idx, ok := c.write(ctx, e, nil, d, status)
+	if ok {
+		c.log.Info("stopped the job first: its new GPUs are held by a job that moves away in the same round", "job_id", e.job.JobRef.String(), "from", from, "job_modify_index", idx)
+	}
+	return ok
+}
+
+// write applies one decision to the job with check-and-set and records it
+// in the job's state (write-ahead: the intent is saved first). On success
+// the entry describes the job as written. It returns the job's new
+// JobModifyIndex and whether the write happened; a refused or failed write
+// is recorded in the job's status.
+func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Decision, status *Status) (uint64, bool) {
+	ref := e.job.JobRef
+	log := c.log.With("job_id", ref.String())
+	want := PlacementOf(alloc)
 	// A write that has begun is finished and recorded even if the round is
 	// cancelled (SIGTERM, lost lock) meanwhile: a request cut off half-way
 	// would leave the outcome unknown. The check-and-set keeps it safe.
@@ -752,7 +845,7 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	if !c.saveState(actx, ref, e.state) {
 		e.state.Pending = nil
 		e.st.Error = "held: cannot record the write in consul first"
-		return
+		return 0, false
 	}
 	idx, err := c.cluster.Apply(actx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta()})
 	switch {
@@ -763,7 +856,7 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		e.state.Pending = nil
 		c.saveState(actx, ref, e.state)
 		log.Warn("job changed since it was read; keeping the operator's version and deciding again next round", "read_index", e.job.JobModifyIndex)
-		return
+		return 0, false
 	case err != nil:
 		// Pending stays: the write may have happened (a timeout), and the
 		// next round's reconcile tells.
@@ -771,14 +864,12 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 		status.Errors = append(status.Errors, fmt.Sprintf("%s: %v", ref, err))
 		c.metrics.incError("apply")
 		log.Error("failed to apply allocation", "error", err)
-		return
+		return 0, false
 	}
-	e.st.Applied = true
 	c.commit(e.state, alloc, &d, idx, c.now())
 	c.saveState(actx, ref, e.state)
-	c.publish(actx, ref, d)
-	log.Info("reallocated", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize,
-		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
+	e.job.JobModifyIndex, e.job.Placement, e.job.Unshaped = idx, want, false
+	return idx, true
 }
 
 // applyTimeout bounds one job's write with its bookkeeping.

@@ -1,0 +1,48 @@
+package jobs
+
+import "github.com/pollux-nomad/pollux/policy"
+
+// occupancy is, during the apply of a round, how many GPUs of each node no
+// allocation of a scheduled job holds: the nodes' free GPUs as the policy
+// saw them, less what the jobs' allocations hold now, updated as writes
+// move jobs.
+type occupancy map[string]int
+
+func newOccupancy(nodes []policy.Node, entries []*entry) occupancy {
+	o := occupancy{}
+	for _, n := range nodes {
+		o[n.ID] += n.GPUs
+	}
+	for _, e := range entries {
+		for _, r := range e.job.Running {
+			o[r.Node] -= r.GPUs
+		}
+	}
+	return o
+}
+
+// fits reports whether Nomad can place want for the job now: on every
+// node, the GPUs it asks for are free or are the job's own (Nomad stops a
+// job's old allocation on a node in the plan that places its new one).
+func (o occupancy) fits(e *entry, want []NodeGPUs) bool {
+	own := map[string]int{}
+	for _, r := range e.job.Running {
+		own[r.Node] += r.GPUs
+	}
+	for _, w := range want {
+		if w.GPUs > o[w.Node]+own[w.Node] {
+			return false
+		}
+	}
+	return true
+}
+
+// move records that a job holding running now holds want.
+func (o occupancy) move(running, want []NodeGPUs) {
+	for _, r := range running {
+		o[r.Node] += r.GPUs
+	}
+	for _, w := range want {
+		o[w.Node] -= w.GPUs
+	}
+}
