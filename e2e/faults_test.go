@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -387,6 +389,18 @@ func startSlowNomad(t *testing.T, target string, delay time.Duration, onRegister
 	var mu sync.Mutex
 	s.srv = &http.Server{Addr: s.addr, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.URL.Path != "/v1/jobs" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		// The agent's access check registers a probe job that cannot be
+		// written (cmd/pollux/access.go): not a job write, let it through.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"pollux-access-probe"`)) {
 			rp.ServeHTTP(w, r)
 			return
 		}
