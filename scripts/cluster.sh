@@ -326,6 +326,10 @@ ports {
 server {
   enabled          = true
   bootstrap_expect = 1
+  # After a server (re)start Nomad gives every client this long to
+  # heartbeat again before marking it down (default 5m); a test that kills
+  # a client right after restarting the server should not wait that long.
+  failover_heartbeat_ttl = "20s"
 }
 # Every test process and agent talks from 127.0.0.1: allow more than the
 # default 100 connections per client address.
