@@ -23,19 +23,7 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 		e.putMetrics(id, e.profileDoc("cifar10", []int{1}, []int{2}, []int{4}))
 		ids = append(ids, id)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for _, id := range ids {
-		for {
-			got, err := e.devicesPerNode(ctx, id)
-			if err == nil && len(got) == 1 && got[0].GPUs == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s not running with 1 GPU as submitted: %v %v", id, got, err)
-			}
-			time.Sleep(300 * time.Millisecond)
-		}
-	}
+	e.waitAsSubmitted(t, ids...)
 	c := e.controller("capacity", nil)
 	st, err := c.Round(ctx, true)
 	if err != nil {
@@ -71,7 +59,7 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 		got := e.waitPlaced(t, id, 90*time.Second)
 		t.Logf("%s placed on %s", id, jobs.FormatPlacement(got))
 	}
-	for deadline = time.Now().Add(60 * time.Second); ; {
+	for deadline := time.Now().Add(60 * time.Second); ; {
 		j, err := e.cluster.ReadJob(ctx, ref(zero))
 		if err == nil && len(j.Running) == 0 && !j.Unshaped && len(j.Placement) == 0 {
 			break
@@ -101,7 +89,7 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 	if _, _, err := e.nomad.Jobs().Deregister(gone, true, nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline = time.Now().Add(60 * time.Second); ; {
+	for deadline := time.Now().Add(60 * time.Second); ; {
 		if got, _ := e.devicesPerNode(ctx, gone); len(got) == 0 {
 			break
 		}

@@ -358,3 +358,22 @@ func (e *env) workload1(t *testing.T) []workload.Job {
 	}
 	return jobs
 }
+
+// waitAsSubmitted waits until Nomad runs each job as registerJob and
+// richJob submit it: one allocation with one GPU.
+func (e *env) waitAsSubmitted(t *testing.T, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, id := range ids {
+		for {
+			got, err := e.devicesPerNode(context.Background(), id)
+			if err == nil && len(got) == 1 && got[0].GPUs == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s not running with 1 GPU as submitted: %v %v", id, got, err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+}

@@ -221,19 +221,7 @@ func TestOwnership(t *testing.T) {
 	e.putMetrics(tagged, e.profileDoc("cifar10", []int{1}, []int{2}, []int{4}, []int{4, 4}))
 
 	// Everything runs as submitted, one GPU each.
-	deadline := time.Now().Add(90 * time.Second)
-	for _, id := range []string{untagged, disabled, tagged} {
-		for {
-			got, err := e.devicesPerNode(ctx, id)
-			if err == nil && len(got) == 1 && got[0].GPUs == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s not running with 1 GPU: %v %v", id, got, err)
-			}
-			time.Sleep(300 * time.Millisecond)
-		}
-	}
+	e.waitAsSubmitted(t, untagged, disabled, tagged)
 	before := map[string]*nomadapi.Job{}
 	for _, id := range []string{untagged, disabled, tagged} {
 		before[id] = e.jobInfo(id)

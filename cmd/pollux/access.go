@@ -17,6 +17,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/internal/access"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
 )
@@ -141,17 +142,14 @@ func (a *accessCheck) check(ctx context.Context) (problems, notes []string) {
 		if err == nil || errors.Is(err, jobs.ErrNotFound) || errors.Is(err, jobs.ErrConflict) {
 			return
 		}
-		var ne *nomad.AccessError
-		var ce *consul.AccessError
+		var ae *access.Error
 		switch {
-		case errors.As(err, &ne):
-			msg := ne.Error()
-			if ne.Denied && os.Getenv("NOMAD_TOKEN") == "" {
+		case errors.As(err, &ae):
+			msg := ae.Error()
+			if ae.Denied && ae.Server == "nomad" && os.Getenv("NOMAD_TOKEN") == "" {
 				msg += " [NOMAD_TOKEN is not set: the anonymous policy applies]"
 			}
 			problems = appendNew(problems, msg)
-		case errors.As(err, &ce):
-			problems = appendNew(problems, ce.Error())
 		default:
 			notes = appendNew(notes, err.Error())
 		}

@@ -1,0 +1,86 @@
+// Package access is the error both server adapters (nomad, consul) return
+// for a call refused for lack of ACL permission or failed in TLS, and the
+// recognition of TLS failures they share. Each adapter words the fix in
+// its own server's variables.
+package access
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/pollux-nomad/pollux/jobs"
+)
+
+// Error is a call a server refused for lack of ACL permission (HTTP 403;
+// errors.Is(err, jobs.ErrPermissionDenied) holds), or one that failed in
+// TLS. Its message names the server, the operation and what to change:
+// the ACL rule the token needs, or the variable to set.
+type Error struct {
+	// Server is "nomad" or "consul".
+	Server string
+	// Op is what was refused: "listing nodes", "writing pollux/status".
+	Op string
+	// Denied is true for a permission error, false for a TLS problem.
+	Denied bool
+	// Problem says what is wrong (TLS), Fix what to do.
+	Problem, Fix string
+	// Policy is the repository file with the least-privilege policy.
+	Policy string
+	// Err is the API's error.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Denied {
+		return fmt.Sprintf("%s: permission denied %s: %s; see %s (%v)", e.Server, e.Op, e.Fix, e.Policy, e.Err)
+	}
+	return fmt.Sprintf("%s: TLS problem %s: %s: %s (%v)", e.Server, e.Op, e.Problem, e.Fix, e.Err)
+}
+
+// Unwrap returns the API's error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes a permission error match jobs.ErrPermissionDenied.
+func (e *Error) Is(target error) bool { return e.Denied && target == jobs.ErrPermissionDenied }
+
+// TLSKind is a kind of TLS failure.
+type TLSKind int
+
+// The TLS failures TLS recognises.
+const (
+	NotTLS          TLSKind = iota
+	UnknownCA               // the peer's certificate is signed by a CA the client does not trust
+	WrongHost               // the certificate does not name the address used
+	InvalidCert             // expired, not yet valid, wrong usage, ...
+	PlainServer             // the client speaks HTTPS, the server plain HTTP
+	NeedsClientCert         // the server wants a client certificate
+	OtherTLS                // any other handshake failure
+)
+
+// TLS recognises the TLS failure of a request; for WrongHost, detail is
+// the host, for InvalidCert the certificate's error.
+func TLS(err error) (kind TLSKind, detail string) {
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	var rh tls.RecordHeaderError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &ua) || strings.Contains(msg, "certificate signed by unknown authority"):
+		return UnknownCA, ""
+	case errors.As(err, &he):
+		return WrongHost, he.Host
+	case errors.As(err, &ci):
+		return InvalidCert, ci.Error()
+	case errors.As(err, &rh) || strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		return PlainServer, ""
+	case strings.Contains(msg, "tls: certificate required") || strings.Contains(msg, "tls: bad certificate"):
+		return NeedsClientCert, ""
+	case strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:"):
+		return OtherTLS, ""
+	}
+	return NotTLS, ""
+}
