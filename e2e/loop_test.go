@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pollux-nomad/pollux/loop"
+	"github.com/pollux-nomad/pollux/demo"
 	"github.com/pollux-nomad/pollux/workload"
 )
 
@@ -26,7 +26,7 @@ func closedLoop(t *testing.T, pol string) {
 	for i := range slice {
 		slice[i].NumReplicas = min(slice[i].NumReplicas, 8) // the test cluster has 8 GPUs
 	}
-	run, err := loop.Run(context.Background(), loop.Config{
+	run, err := demo.Run(context.Background(), demo.Config{
 		Jobs: slice, Workload: "workload-1[:3]", Apps: appsMap, Speedup: 200, Binary: polluxBinary(t),
 		Device: e.device, Nomad: e.nomad, Consul: e.consul, Logger: e.log, Timeout: 5 * time.Minute, Policy: pol,
 	})

@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/apps"
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 // Checkpoint is the training state kept at

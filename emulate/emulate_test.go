@@ -9,7 +9,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/data"
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 func TestShapeAndAdvance(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/data"
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -48,8 +48,8 @@ var (
 
 type cachedRun struct {
 	once sync.Once
-	run  report.Run
-	sum  report.Summary
+	run  results.Run
+	sum  results.Summary
 	err  error
 }
 
@@ -63,7 +63,7 @@ func applications(t testing.TB) map[string]*apps.Application {
 }
 
 // simulate runs (once per test binary) one policy on one workload.
-func simulate(t *testing.T, policyName, name string, jobs []workload.Job) report.Summary {
+func simulate(t *testing.T, policyName, name string, jobs []workload.Job) results.Summary {
 	t.Helper()
 	return simulateRun(t, policyName, name, jobs).sum
 }
@@ -97,7 +97,7 @@ func simulateRun(t *testing.T, policyName, name string, jobs []workload.Job) *ca
 			return
 		}
 		c.run = r
-		c.sum = report.Summarize(r)
+		c.sum = results.Summarize(r)
 	})
 	if c.err != nil {
 		t.Fatalf("simulate %s: %v", key, c.err)

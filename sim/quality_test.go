@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pollux-nomad/pollux/data"
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/workload"
 )
 
@@ -53,7 +53,7 @@ func TestQuality(t *testing.T) {
 	}
 	ref := published(t)
 	var mu sync.Mutex
-	sums := map[string]report.Summary{}
+	sums := map[string]results.Summary{}
 	type gen struct {
 		start float64
 		seed  uint64

@@ -10,7 +10,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/policy"
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/workload"
 )
 
@@ -191,9 +191,9 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 
 // Run simulates until every job completes, calling onRound (if not nil)
 // after each round, and returns the outcome.
-func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (report.Run, error) {
+func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (results.Run, error) {
 	start := time.Now()
-	run := report.Run{
+	run := results.Run{
 		Policy:    s.pol.Name(),
 		Workload:  s.workload,
 		TotalGPUs: s.cfg.Nodes * s.cfg.GPUsPerNode,
@@ -210,7 +210,7 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (report.Run
 		if err != nil {
 			return run, err
 		}
-		sample := report.Sample{Time: s.now, JobGPUs: make(map[string]int, len(s.alloc))}
+		sample := results.Sample{Time: s.now, JobGPUs: make(map[string]int, len(s.alloc))}
 		for id, a := range s.alloc {
 			sample.GPUsInUse += len(a)
 			sample.JobGPUs[id] = len(a)
@@ -224,7 +224,7 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (report.Run
 		}
 	}
 	for _, j := range s.jobs {
-		run.Jobs = append(run.Jobs, report.JobResult{
+		run.Jobs = append(run.Jobs, results.JobResult{
 			Name:           j.name,
 			Application:    j.app.Name,
 			Submitted:      j.submitted,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -22,7 +22,7 @@ func smallWorkload() []workload.Job {
 	}
 }
 
-func runSmall(t *testing.T, policyName string, cfg sim.Config) report.Run {
+func runSmall(t *testing.T, policyName string, cfg sim.Config) results.Run {
 	t.Helper()
 	pol, err := sim.NewPolicy(policyName, 7)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 
-	"github.com/pollux-nomad/pollux/loop"
+	"github.com/pollux-nomad/pollux/demo"
 	"github.com/pollux-nomad/pollux/nomad"
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -77,7 +77,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	jobsSlice = capReplicas(jobsSlice, total)
 	label := fmt.Sprintf("%s[:%d]", name, len(jobsSlice))
-	real, err := loop.Run(ctx, loop.Config{
+	real, err := demo.Run(ctx, demo.Config{
 		Jobs: jobsSlice, Workload: label, Apps: applications, Speedup: *speedup, Binary: exe,
 		Device: *device, Nomad: nc, Consul: cc, Logger: log, Timeout: *timeout, Policy: *polName,
 	})
@@ -100,15 +100,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for i, j := range real.Jobs {
 		fmt.Fprintf(stdout, "  %-16s real %8.0f  sim %8.0f  restarts %d\n", j.Name, j.JCT(), simulated.Jobs[i].JCT(), j.Restarts)
 	}
-	sums := []report.Summary{report.Summarize(real), report.Summarize(simulated)}
+	sums := []results.Summary{results.Summarize(real), results.Summarize(simulated)}
 	fmt.Fprintln(stdout)
-	if err := report.WriteTable(stdout, sums); err != nil {
+	if err := results.WriteTable(stdout, sums); err != nil {
 		return err
 	}
 	dev := (sums[0].AvgJCT - sums[1].AvgJCT) / sums[1].AvgJCT
 	fmt.Fprintf(stdout, "\naverage JCT: real %.0f s, simulated %.0f s (%+.1f%%)\n", sums[0].AvgJCT, sums[1].AvgJCT, 100*dev)
 	if *outDir != "" {
-		return writeOutputs(*outDir, []report.Run{real, simulated})
+		return writeOutputs(*outDir, []results.Run{real, simulated})
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/emulate"
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 	"github.com/pollux-nomad/pollux/sim"
 )
 

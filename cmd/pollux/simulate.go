@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 )
 
@@ -62,7 +62,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Interval: *interval}
 
-	var runs []report.Run
+	var runs []results.Run
 	for _, name := range names {
 		pol, err := sim.NewPolicy(name, *seed)
 		if err != nil {
@@ -81,9 +81,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		runs = append(runs, r)
 	}
 
-	sums := make([]report.Summary, len(runs))
+	sums := make([]results.Summary, len(runs))
 	for i, r := range runs {
-		sums[i] = report.Summarize(r)
+		sums[i] = results.Summarize(r)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -92,7 +92,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				return err
 			}
 		}
-	} else if err := report.WriteTable(stdout, sums); err != nil {
+	} else if err := results.WriteTable(stdout, sums); err != nil {
 		return err
 	}
 	if *outDir != "" {
@@ -131,7 +131,7 @@ func classify(err error) error {
 	return err
 }
 
-func writeOutputs(dir string, runs []report.Run) error {
+func writeOutputs(dir string, runs []results.Run) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("failed to create output directory: %w", err)
 	}
@@ -141,7 +141,7 @@ func writeOutputs(dir string, runs []report.Run) error {
 		if err != nil {
 			return fmt.Errorf("failed to write %s: %w", path, err)
 		}
-		werr := report.WriteJobsCSV(f, r)
+		werr := results.WriteJobsCSV(f, r)
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
@@ -149,7 +149,7 @@ func writeOutputs(dir string, runs []report.Run) error {
 			return fmt.Errorf("failed to write %s: %w", path, werr)
 		}
 	}
-	if err := report.WritePlots(dir, runs); err != nil {
+	if err := results.WritePlots(dir, runs); err != nil {
 		return fmt.Errorf("failed to write plots: %w", err)
 	}
 	return nil

@@ -1,10 +1,10 @@
-// Package loop runs the closed loop on a real cluster: it submits a
+// Package demo runs the closed loop on a real cluster: it submits a
 // workload (a CSV in the simulator's format, time-compressed) as Nomad
 // jobs whose tasks are emulated trainers (`pollux emulate`), runs the
 // Pollux controller against the same Nomad and Consul, waits until every
 // job completes and returns the outcome in the simulator's report format,
 // so that the real run and `pollux simulate` can be compared.
-package loop
+package demo
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/policy"
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/workload"
 )
 
@@ -55,9 +55,9 @@ type Config struct {
 
 // Run submits the workload, drives it with the controller and returns
 // the outcome, with times in emulated seconds on the workload's clock.
-func Run(ctx context.Context, cfg Config) (report.Run, error) {
+func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	if cfg.Speedup <= 0 || cfg.Binary == "" || len(cfg.Jobs) == 0 {
-		return report.Run{}, errors.New("loop: speedup, binary and at least one job are required")
+		return results.Run{}, errors.New("loop: speedup, binary and at least one job are required")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -73,15 +73,15 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	prefix := "pollux-loop/" + runID + "/"
 	cluster, err := nomad.New(cfg.Nomad, nomad.Config{Device: cfg.Device, Logger: log})
 	if err != nil {
-		return report.Run{}, err
+		return results.Run{}, err
 	}
 	kv, err := consul.New(cfg.Consul, consul.Config{Prefix: prefix, Logger: log, SessionTTL: 10 * time.Second})
 	if err != nil {
-		return report.Run{}, err
+		return results.Run{}, err
 	}
 	nodes, err := cluster.Nodes(ctx)
 	if err != nil {
-		return report.Run{}, err
+		return results.Run{}, err
 	}
 	total := 0
 	for _, n := range nodes {
@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	}
 	ctrl, err := jobs.New(jcfg, jobs.Options{Cluster: cluster, KV: kv, Logger: log, Instance: "loop", Oracle: oracleFor(ctx, cfg, prefix)})
 	if err != nil {
-		return report.Run{}, err
+		return results.Run{}, err
 	}
 
 	start := time.Now()
@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 		t0 = min(t0, j.Time)
 	}
 	emulated := func(t time.Time) float64 { return t0 + t.Sub(start).Seconds()*cfg.Speedup }
-	run := report.Run{Policy: jcfg.Policy, Workload: cfg.Workload + " (real cluster)", TotalGPUs: total}
+	run := results.Run{Policy: jcfg.Policy, Workload: cfg.Workload + " (real cluster)", TotalGPUs: total}
 	var mu sync.Mutex
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
@@ -115,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 		agentDone <- jobs.RunAgent(agentCtx, jobs.AgentOptions{
 			Controller: ctrl, Leadership: kv.Leader(), KV: kv, Logger: log, Base: jcfg,
 			OnRound: func(st *jobs.Status) {
-				s := report.Sample{Time: emulated(time.Now()), JobGPUs: map[string]int{}}
+				s := results.Sample{Time: emulated(time.Now()), JobGPUs: map[string]int{}}
 				for _, js := range st.Jobs {
 					s.GPUsInUse += js.GPUs
 					if js.GPUs > 0 {
@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (report.Run, error) {
 	stopAgent()
 	<-agentDone
 	for i, j := range cfg.Jobs {
-		res := report.JobResult{Name: j.Name, Application: j.Application, Submitted: j.Time, Completed: true,
+		res := results.JobResult{Name: j.Name, Application: j.Application, Submitted: j.Time, Completed: true,
 			Completion: j.Time + completed[i].Sub(submitted[i]).Seconds()*cfg.Speedup}
 		if raw, _, err := kv.Get(ctx, "jobs/default/"+ids[i]+"/state"); err == nil {
 			var st jobs.State

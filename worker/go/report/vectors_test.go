@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 	"github.com/pollux-nomad/pollux/metrics"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 // countsOf returns the counts of a document's entries by configuration.

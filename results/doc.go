@@ -1,4 +1,4 @@
-// Package report owns the outcome of a simulation (or of a closed-loop
+// Package results owns the outcome of a simulation (or of a closed-loop
 // run of the controller): the raw per-job results and per-round cluster
 // samples (Run), the summary statistics that `pollux simulate -json`
 // prints (Summary, contracts.md §5), and the files written by
@@ -10,4 +10,4 @@
 // simulator, which reports the mean of completion − submission over
 // completed jobs. Summarize and Quantile are pure; the writers only touch
 // the io.Writer or directory they are given.
-package report
+package results

@@ -6,7 +6,7 @@ KV at ``<prefix>jobs/<namespace>/<job-id>/metrics``, the key the Pollux
 controller reads, and every worker can follow the controller's decision
 key to adopt a new batch size, micro-batch, accumulation and learning rate
 without a restart. It has the same semantics as the Go package
-``github.com/pollux-nomad/pollux/jobs/report`` and writes the same bytes
+``github.com/pollux-nomad/pollux/worker/go/report`` and writes the same bytes
 for the same observations (the canonical encoding of package ``metrics``:
 see ``marshal``); the shared vectors in ``jobs/testdata/reporter-vectors.json``
 check it.

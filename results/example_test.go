@@ -1,4 +1,4 @@
-package report_test
+package results_test
 
 import (
 	"encoding/json"
@@ -6,17 +6,17 @@ import (
 	"os"
 	"time"
 
-	"github.com/pollux-nomad/pollux/report"
+	"github.com/pollux-nomad/pollux/results"
 )
 
 func ExampleSummarize() {
-	run := report.Run{
+	run := results.Run{
 		Policy: "pollux", Workload: "demo", TotalGPUs: 4,
-		Jobs: []report.JobResult{
+		Jobs: []results.JobResult{
 			{Name: "cifar10-0", Application: "cifar10", Submitted: 0, Completed: true, Completion: 900, Restarts: 1},
 			{Name: "ncf-1", Application: "ncf", Submitted: 60, Completed: true, Completion: 180},
 		},
-		Timeline: []report.Sample{
+		Timeline: []results.Sample{
 			{Time: 60, GPUsInUse: 4, JobGPUs: map[string]int{"cifar10-0": 3, "ncf-1": 1}},
 			{Time: 120, GPUsInUse: 4, JobGPUs: map[string]int{"cifar10-0": 3, "ncf-1": 1}},
 			{Time: 180, GPUsInUse: 2, JobGPUs: map[string]int{"cifar10-0": 2}},
@@ -24,7 +24,7 @@ func ExampleSummarize() {
 		OptimizeSeconds: []float64{0.1, 0.2, 0.3},
 		Wall:            1500 * time.Millisecond,
 	}
-	out, err := json.MarshalIndent(report.Summarize(run), "", "  ")
+	out, err := json.MarshalIndent(results.Summarize(run), "", "  ")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -51,18 +51,18 @@ func ExampleSummarize() {
 
 func ExampleQuantile() {
 	jcts := []float64{600, 120, 3600, 1800}
-	fmt.Printf("p50 %.1f s, p99 %.1f s\n", report.Quantile(jcts, 0.5), report.Quantile(jcts, 0.99))
+	fmt.Printf("p50 %.1f s, p99 %.1f s\n", results.Quantile(jcts, 0.5), results.Quantile(jcts, 0.99))
 	// Output: p50 1200.0 s, p99 3546.0 s
 }
 
 func ExampleWriteComparison() {
-	sums := []report.Summary{
+	sums := []results.Summary{
 		{Policy: "pollux", Workload: "workload-6", AvgJCT: 2500},
 		{Policy: "tiresias", Workload: "workload-6", AvgJCT: 3300},
 	}
 	// The artifact's published averages (data/reference-results.json).
 	reference := map[string]float64{"pollux": 2446.1, "tiresias": 3469.7}
-	if err := report.WriteComparison(os.Stdout, sums, reference); err != nil {
+	if err := results.WriteComparison(os.Stdout, sums, reference); err != nil {
 		fmt.Println(err)
 	}
 	// Output:

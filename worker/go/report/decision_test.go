@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 func TestAllocation(t *testing.T) {

@@ -3,7 +3,7 @@
 Run from the repository root through scripts/with-cluster.sh (make test),
 which sets CONSUL_HTTP_ADDR:
 
-    python3 -m unittest discover -s jobs/python -v
+    python3 -m unittest discover -s worker/python -v
 
 Tests that need Consul fail (they never skip) when CONSUL_HTTP_ADDR is not
 set. The restart tests start Consul agents of their own, on free ports,

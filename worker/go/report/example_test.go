@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/jobs/report"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 // A worker's training loop: report every step, adopt the controller's
