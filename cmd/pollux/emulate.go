@@ -12,8 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/emulate"
-	"github.com/pollux-nomad/pollux/worker/go/report"
 	"github.com/pollux-nomad/pollux/sim"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 // runEmulate runs an emulated training job (a Nomad task of a Pollux job).

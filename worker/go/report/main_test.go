@@ -18,8 +18,8 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pollux-nomad/pollux/worker/go/report"
 	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 // testLogger logs to stderr at the level of POLLUX_TEST_LOG (default

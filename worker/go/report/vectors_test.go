@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/worker/go/report"
 	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
 var update = flag.Bool("update", false, "regenerate ../testdata/reporter-vectors.json from the Go reporter")
