@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pollux-nomad/pollux/internal/quote"
+	"github.com/pollux-nomad/pollux/contract/quote"
 )
 
 // table is a parsed CSV file: the named columns of every data row, and the

@@ -17,9 +17,9 @@ import (
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/data"
 	"github.com/pollux-nomad/pollux/jobs"
-	"github.com/pollux-nomad/pollux/metrics"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -226,8 +226,8 @@ func (e *env) profileDoc(app string, placements ...[]int) []byte {
 	})
 	a := appsMap[app]
 	sqr, v := a.GradStats(float64(a.InitBatchSize), 0)
-	doc := &metrics.Document{
-		Version: metrics.Version, Timestamp: time.Now().UTC().Truncate(time.Second), BatchSize: float64(a.InitBatchSize),
+	doc := &contract.Metrics{
+		Version: contract.MetricsVersion, Timestamp: time.Now().UTC().Truncate(time.Second), BatchSize: float64(a.InitBatchSize),
 		Progress: 100, GradSqr: sqr, GradVar: v,
 	}
 	for _, p := range placements {
@@ -240,12 +240,12 @@ func (e *env) profileDoc(app string, placements ...[]int) []byte {
 		if err != nil {
 			e.t.Fatalf("profile %s %v: %v", app, p, err)
 		}
-		doc.Profile = append(doc.Profile, metrics.ProfileEntry{
+		doc.Profile = append(doc.Profile, contract.ProfileEntry{
 			NumNodes: len(p), NumReplicas: k, LocalBsz: m, ComputeTime: step - sync, StepTime: step, SyncTime: sync, Count: 50,
 		})
 	}
 	sort.Slice(doc.Profile, func(i, j int) bool { return doc.Profile[i].NumReplicas < doc.Profile[j].NumReplicas })
-	raw, err := metrics.Marshal(doc)
+	raw, err := contract.MarshalMetrics(doc)
 	if err != nil {
 		e.t.Fatalf("marshal metrics: %v", err)
 	}

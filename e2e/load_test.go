@@ -21,8 +21,8 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
-	"github.com/pollux-nomad/pollux/metrics"
 )
 
 // The load test (make load; build tag "load", so make test does not run
@@ -156,13 +156,13 @@ func (e *env) loadMetrics(app string, progress float64) ([]byte, error) {
 			pick = append(pick, p)
 		}
 	}
-	var doc metrics.Document
+	var doc contract.Metrics
 	if err := json.Unmarshal(e.profileDoc(app, pick...), &doc); err != nil {
 		return nil, err
 	}
 	doc.Progress = progress
 	doc.Timestamp = time.Now().UTC().Truncate(time.Second)
-	return metrics.Marshal(&doc)
+	return contract.MarshalMetrics(&doc)
 }
 
 // TestLoad runs the load test; see the top of this file.

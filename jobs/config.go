@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pollux-nomad/pollux/internal/quote"
+	"github.com/pollux-nomad/pollux/contract/quote"
 )
 
 // Config is the controller's configuration (contracts.md §4). It is read

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/metrics"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
@@ -652,10 +653,10 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 		c.log.Debug("failed to read metrics; keeping the previous model", "job_id", ref.String(), "error", err)
 		c.metrics.incError("read_metrics")
 	case idx != e.state.MetricsIndex:
-		doc, perr := metrics.Parse(raw)
+		doc, perr := contract.ParseMetrics(raw)
 		if perr == nil {
 			var perf model.PerfParams
-			points := doc.ProfilePoints()
+			points := metrics.ProfilePoints(doc)
 			perf, perr = model.FitPerfParams(points)
 			if perr == nil {
 				// A fit the state parser would refuse (extreme but finite
@@ -666,7 +667,7 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 				}
 			}
 			if perr == nil {
-				grad := doc.GradParams()
+				grad := metrics.GradParams(doc)
 				e.state.Perf, e.state.Grad = &perf, &grad
 				e.state.ProfilePoints = len(points)
 				e.state.MaxProfiled = 0

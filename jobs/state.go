@@ -9,7 +9,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/model"
 
-	"github.com/pollux-nomad/pollux/internal/quote"
+	"github.com/pollux-nomad/pollux/contract/quote"
 )
 
 // stateVersion is the version of the persisted State document.

@@ -13,7 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/pollux-nomad/pollux/internal/quote"
+	"github.com/pollux-nomad/pollux/contract/quote"
 )
 
 // workloadColumns returns the header row of a workload CSV file, as written

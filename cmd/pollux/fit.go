@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/metrics"
 	"github.com/pollux-nomad/pollux/model"
 )
@@ -59,7 +60,7 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("metrics: %v", err)
 	}
-	doc, err := metrics.Parse(raw)
+	doc, err := contract.ParseMetrics(raw)
 	if err != nil {
 		return usageErr("%s: %v", *path, err)
 	}
@@ -75,12 +76,12 @@ func runFit(args []string, stdout, stderr io.Writer) error {
 	if *m0 < 1 || *maxBatch < *m0 || *minLocal < 1 || *maxLocal < *minLocal || *maxGPUs < 1 || *perNode < 1 {
 		return usageErr("need 1 ≤ init-batch-size ≤ max-batch-size, 1 ≤ local-bsz-min ≤ local-bsz-max, max-gpus ≥ 1, gpus-per-node ≥ 1")
 	}
-	points := doc.ProfilePoints()
+	points := metrics.ProfilePoints(doc)
 	perf, err := model.FitPerfParams(points)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("%s: %w", *path, err)}
 	}
-	grad := doc.GradParams()
+	grad := metrics.GradParams(doc)
 	f := model.GoodputFunc{Perf: perf, Grad: grad, InitBatchSize: float64(*m0)}
 	b := model.Bounds{MaxBatchSize: *maxBatch, MinLocalBsz: *minLocal, MaxLocalBsz: *maxLocal, Accumulation: !*noAccum}
 	out := fitOutput{

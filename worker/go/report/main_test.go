@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
@@ -112,7 +112,7 @@ func newReporter(t *testing.T, raw *api.Client, cfg report.Config) *report.Repor
 
 // readDoc returns the stored document at key, parsed, and its bytes; it
 // fails the test if it is absent or invalid.
-func readDoc(t *testing.T, raw *api.Client, key string) (*metrics.Document, string) {
+func readDoc(t *testing.T, raw *api.Client, key string) (*contract.Metrics, string) {
 	t.Helper()
 	pair, _, err := raw.KV().Get(key, nil)
 	if err != nil {
@@ -121,7 +121,7 @@ func readDoc(t *testing.T, raw *api.Client, key string) (*metrics.Document, stri
 	if pair == nil {
 		t.Fatalf("%s: no document", key)
 	}
-	d, err := metrics.Parse(pair.Value)
+	d, err := contract.ParseMetrics(pair.Value)
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", key, err, pair.Value)
 	}
@@ -129,8 +129,8 @@ func readDoc(t *testing.T, raw *api.Client, key string) (*metrics.Document, stri
 }
 
 // entries returns a document's profile by configuration.
-func entries(d *metrics.Document) map[report.StepConfig]metrics.ProfileEntry {
-	out := map[report.StepConfig]metrics.ProfileEntry{}
+func entries(d *contract.Metrics) map[report.StepConfig]contract.ProfileEntry {
+	out := map[report.StepConfig]contract.ProfileEntry{}
 	for _, e := range d.Profile {
 		out[report.StepConfig{NumNodes: e.NumNodes, NumReplicas: e.NumReplicas, LocalBsz: e.LocalBsz, AccumSteps: e.AccumSteps}] = e
 	}

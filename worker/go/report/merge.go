@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 // stats are the running means of one configuration's step timings and
@@ -47,18 +47,18 @@ func weighted(x float64, nx int, y float64, ny int, n int) float64 {
 	return m
 }
 
-func statsOf(e metrics.ProfileEntry) stats {
+func statsOf(e contract.ProfileEntry) stats {
 	return stats{count: e.Count, compute: e.ComputeTime, step: e.StepTime, sync: e.SyncTime}
 }
 
-func entryOf(k StepConfig, s stats) metrics.ProfileEntry {
-	return metrics.ProfileEntry{
+func entryOf(k StepConfig, s stats) contract.ProfileEntry {
+	return contract.ProfileEntry{
 		NumNodes: k.NumNodes, NumReplicas: k.NumReplicas, LocalBsz: k.LocalBsz, AccumSteps: k.AccumSteps,
 		ComputeTime: s.compute, StepTime: s.step, SyncTime: s.sync, Count: s.count,
 	}
 }
 
-func keyOf(e metrics.ProfileEntry) StepConfig {
+func keyOf(e contract.ProfileEntry) StepConfig {
 	return StepConfig{NumNodes: e.NumNodes, NumReplicas: e.NumReplicas, LocalBsz: e.LocalBsz, AccumSteps: e.AccumSteps}
 }
 
@@ -138,7 +138,7 @@ type lastWrite struct {
 // parse) of a key with the given indexes still holds what w stored: the
 // key was not re-created, its index did not go back, and no entry is
 // missing or has a smaller count. Merging writers never do any of these.
-func (w *lastWrite) survives(createIndex, modifyIndex uint64, stored *metrics.Document) bool {
+func (w *lastWrite) survives(createIndex, modifyIndex uint64, stored *contract.Metrics) bool {
 	if stored == nil {
 		return false
 	}
@@ -164,9 +164,9 @@ func (w *lastWrite) survives(createIndex, modifyIndex uint64, stored *metrics.Do
 // is none) with the snapshot's top-level values (see the package
 // documentation). It returns an error wrapping ErrNotReady if the
 // document would have no profile entry or no batch size.
-func build(stored *metrics.Document, add map[StepConfig]stats, s snapshot, initBatchSize int, now time.Time) (*metrics.Document, error) {
+func build(stored *contract.Metrics, add map[StepConfig]stats, s snapshot, initBatchSize int, now time.Time) (*contract.Metrics, error) {
 	entries := map[StepConfig]stats{}
-	d := &metrics.Document{Version: metrics.Version, Timestamp: now.UTC()}
+	d := &contract.Metrics{Version: contract.MetricsVersion, Timestamp: now.UTC()}
 	if stored != nil {
 		for _, e := range stored.Profile {
 			entries[keyOf(e)] = statsOf(e)
@@ -192,7 +192,7 @@ func build(stored *metrics.Document, add map[StepConfig]stats, s snapshot, initB
 	if s.grad != nil {
 		d.GradSqr, d.GradVar = s.grad[0], s.grad[1]
 	}
-	d.Profile = make([]metrics.ProfileEntry, 0, len(entries))
+	d.Profile = make([]contract.ProfileEntry, 0, len(entries))
 	for k, e := range entries {
 		d.Profile = append(d.Profile, entryOf(k, e))
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
@@ -280,11 +280,11 @@ func TestVectors(t *testing.T) {
 	}
 	for _, v := range stored {
 		t.Run(v.Name, func(t *testing.T) {
-			d, err := metrics.Parse([]byte(v.Expected))
+			d, err := contract.ParseMetrics([]byte(v.Expected))
 			if err != nil {
 				t.Fatalf("expected document is invalid: %v", err)
 			}
-			canonical, err := metrics.Marshal(d)
+			canonical, err := contract.MarshalMetrics(d)
 			if err != nil || string(canonical) != v.Expected {
 				t.Fatalf("expected document is not canonical (err %v):\n%s\n%s", err, canonical, v.Expected)
 			}

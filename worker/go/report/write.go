@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 // attempt is a check-and-set whose request failed in transit: Consul may
@@ -59,12 +59,12 @@ func (r *Reporter) write(ctx context.Context) (err error) {
 			}
 		}
 
-		var stored *metrics.Document
+		var stored *contract.Metrics
 		var createIndex, casIndex uint64
 		survived := true
 		if pair != nil {
 			createIndex, casIndex = pair.CreateIndex, pair.ModifyIndex
-			if stored, err = metrics.Parse(pair.Value); err != nil {
+			if stored, err = contract.ParseMetrics(pair.Value); err != nil {
 				r.log.Warn("stored metrics document is invalid, replacing it", "key", r.key, "error", err)
 				survived = false
 			}
@@ -81,7 +81,7 @@ func (r *Reporter) write(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		value, err := metrics.Marshal(doc)
+		value, err := contract.MarshalMetrics(doc)
 		if err != nil {
 			return fmt.Errorf("failed to write metrics document %q: %w", r.key, err)
 		}
