@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 // MaxValueSize is the largest value Put and CAS send: Consul's default
@@ -22,7 +22,7 @@ const MaxValueSize = 512 * 1024
 // Defaults of Config.
 const (
 	// DefaultPrefix is the KV prefix of contracts.md §2.
-	DefaultPrefix = "pollux/"
+	DefaultPrefix = contract.DefaultPrefix
 	// DefaultSessionTTL is the leader session's TTL; it is also Consul's
 	// smallest allowed TTL (the agent's session_ttl_min).
 	DefaultSessionTTL = 10 * time.Second
@@ -30,23 +30,9 @@ const (
 	// default is 15s).
 	DefaultLockDelay = time.Second
 	// DefaultLockKey is the leader lock's key, relative to the prefix.
-	DefaultLockKey = "leader"
+	DefaultLockKey = contract.LeaderKey
 	// DefaultRequestTimeout bounds a non-blocking Consul call.
 	DefaultRequestTimeout = 10 * time.Second
-)
-
-// Keys of the KV layout (contracts.md §2), relative to the prefix.
-const (
-	// ConfigKey holds the operator's JSON controller configuration.
-	ConfigKey = "config"
-	// StatusKey holds the JSON summary of the controller's last round.
-	StatusKey = "status"
-	// LeafMetrics is the job key leaf of the worker's metrics document.
-	LeafMetrics = "metrics"
-	// LeafDecision is the job key leaf of the controller's current decision.
-	LeafDecision = "decision"
-	// LeafState is the job key leaf of the controller's fitted state.
-	LeafState = "state"
 )
 
 // Errors callers test with errors.Is.
@@ -57,13 +43,6 @@ var (
 	// ErrValueTooLarge: a value is longer than MaxValueSize.
 	ErrValueTooLarge = errors.New("value too large")
 )
-
-// JobKey returns the key of one job's leaf (LeafMetrics, LeafDecision,
-// LeafState), relative to the prefix: "jobs/<ns>/<id>/<leaf>". The parts are
-// used as they are; the KV methods reject a result that is not a valid key.
-func JobKey(ns, id, leaf string) string {
-	return "jobs/" + ns + "/" + id + "/" + leaf
-}
 
 // Config configures a Client and its Leaders. The zero value works: every
 // field has a default.
@@ -164,8 +143,6 @@ type Client struct {
 	log hclog.Logger
 }
 
-var _ jobs.KV = (*Client)(nil)
-
 // New returns a Client on client (api.NewClient(api.DefaultConfig())
 // honours CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN and the TLS variables). It
 // fails if cfg is invalid; it does not contact Consul.
@@ -237,7 +214,7 @@ func valueOf(pair *api.KVPair) []byte {
 }
 
 // Get returns a key's value and ModifyIndex, or an error wrapping
-// jobs.ErrNotFound if the key does not exist.
+// contract.ErrNotFound if the key does not exist.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -250,7 +227,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		return nil, 0, fmt.Errorf("failed to get key %q: %w", full, c.denied(err, "reading", full, false))
 	}
 	if pair == nil {
-		return nil, 0, fmt.Errorf("failed to get key %q: %w", full, jobs.ErrNotFound)
+		return nil, 0, fmt.Errorf("failed to get key %q: %w", full, contract.ErrNotFound)
 	}
 	return valueOf(pair), pair.ModifyIndex, nil
 }
@@ -274,7 +251,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 
 // CAS writes a key only if its ModifyIndex is still index; index 0 writes
 // it only if it does not exist. It returns an error wrapping
-// jobs.ErrConflict if the key changed (or exists, for index 0).
+// contract.ErrConflict if the key changed (or exists, for index 0).
 func (c *Client) CAS(ctx context.Context, key string, value []byte, index uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -290,7 +267,7 @@ func (c *Client) CAS(ctx context.Context, key string, value []byte, index uint64
 		return fmt.Errorf("failed to write key %q: %w", full, c.denied(err, "writing", full, true))
 	}
 	if !ok {
-		return fmt.Errorf("failed to write key %q at index %d: %w", full, index, jobs.ErrConflict)
+		return fmt.Errorf("failed to write key %q at index %d: %w", full, index, contract.ErrConflict)
 	}
 	return nil
 }

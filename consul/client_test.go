@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -57,43 +57,26 @@ func TestNewConfig(t *testing.T) {
 	}
 }
 
-func TestJobKey(t *testing.T) {
-	tests := map[string]struct {
-		ns, id, leaf string
-		want         string
-	}{
-		"metrics":  {"default", "train", consul.LeafMetrics, "jobs/default/train/metrics"},
-		"decision": {"team-a", "bert.v2", consul.LeafDecision, "jobs/team-a/bert.v2/decision"},
-		"state":    {"default", "resnet", consul.LeafState, "jobs/default/resnet/state"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, consul.JobKey(tc.ns, tc.id, tc.leaf)); diff != "" {
-				t.Errorf("JobKey (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func ExampleJobKey() {
-	fmt.Println(consul.JobKey("default", "train", consul.LeafMetrics))
-	// Output: jobs/default/train/metrics
-}
+// The adapters implement the controller's interfaces.
+var (
+	_ jobs.KV         = (*consul.Client)(nil)
+	_ jobs.Leadership = (*consul.Leader)(nil)
+)
 
 func TestGetPut(t *testing.T) {
 	raw := rawClient(t)
 	c := newClient(t, raw, consul.Config{})
 	ctx := context.Background()
 
-	if _, _, err := c.Get(ctx, "absent"); !errors.Is(err, jobs.ErrNotFound) {
-		t.Errorf("Get(absent) error = %v, want jobs.ErrNotFound", err)
+	if _, _, err := c.Get(ctx, "absent"); !errors.Is(err, contract.ErrNotFound) {
+		t.Errorf("Get(absent) error = %v, want contract.ErrNotFound", err)
 	}
 	tests := map[string]struct {
 		key   string
 		value []byte
 	}{
 		"plain":            {"config", []byte(`{"interval":"60s"}`)},
-		"job key":          {consul.JobKey("default", "train", consul.LeafMetrics), []byte(`{"version":1}`)},
+		"job key":          {contract.MetricsKey("default", "train"), []byte(`{"version":1}`)},
 		"dots inside":      {"jobs/default/a..b/state", []byte("x")},
 		"empty value":      {"status", []byte{}},
 		"nil value":        {"nil", nil},
@@ -168,11 +151,11 @@ func TestCAS(t *testing.T) {
 		want     string
 	}{
 		"create only, absent":   {exists: false, index: func(uint64) uint64 { return 0 }, want: "new"},
-		"create only, exists":   {exists: true, index: func(uint64) uint64 { return 0 }, wantErr: jobs.ErrConflict, want: "old"},
+		"create only, exists":   {exists: true, index: func(uint64) uint64 { return 0 }, wantErr: contract.ErrConflict, want: "old"},
 		"current index":         {exists: true, index: func(cur uint64) uint64 { return cur }, want: "new"},
-		"stale index":           {exists: true, index: func(cur uint64) uint64 { return cur }, bumpedBy: true, wantErr: jobs.ErrConflict, want: "theirs"},
-		"index of absent key":   {exists: false, index: func(uint64) uint64 { return 1 }, wantErr: jobs.ErrConflict},
-		"index from the future": {exists: true, index: func(cur uint64) uint64 { return cur + 1000 }, wantErr: jobs.ErrConflict, want: "old"},
+		"stale index":           {exists: true, index: func(cur uint64) uint64 { return cur }, bumpedBy: true, wantErr: contract.ErrConflict, want: "theirs"},
+		"index of absent key":   {exists: false, index: func(uint64) uint64 { return 1 }, wantErr: contract.ErrConflict},
+		"index from the future": {exists: true, index: func(cur uint64) uint64 { return cur + 1000 }, wantErr: contract.ErrConflict, want: "old"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -189,7 +172,7 @@ func TestCAS(t *testing.T) {
 			}
 			got, _, err := c.Get(ctx, key)
 			if tc.want == "" {
-				if !errors.Is(err, jobs.ErrNotFound) {
+				if !errors.Is(err, contract.ErrNotFound) {
 					t.Errorf("Get after failed create = %q, %v; want not found", got, err)
 				}
 				return
@@ -274,7 +257,7 @@ func TestValueSizeLimit(t *testing.T) {
 			}
 			got, _, gerr := c.Get(ctx, key)
 			if tc.wantErr != nil {
-				if !errors.Is(gerr, jobs.ErrNotFound) {
+				if !errors.Is(gerr, contract.ErrNotFound) {
 					t.Errorf("refused value was written anyway: %d bytes, %v", len(got), gerr)
 				}
 				return
@@ -488,13 +471,13 @@ func TestPrefixIsolation(t *testing.T) {
 	// parent, not of the other.
 	a := newClient(t, raw, consul.Config{Prefix: parent + "a/"})
 	ab := newClient(t, raw, consul.Config{Prefix: parent + "ab/"})
-	key := consul.JobKey("default", "train", consul.LeafMetrics)
+	key := contract.MetricsKey("default", "train")
 
 	for _, c := range []*consul.Client{a, ab} {
 		if err := c.Put(ctx, key, []byte(c.Prefix())); err != nil {
 			t.Fatalf("Put: %v", err)
 		}
-		if err := c.Put(ctx, consul.ConfigKey, []byte(c.Prefix())); err != nil {
+		if err := c.Put(ctx, contract.ConfigKey, []byte(c.Prefix())); err != nil {
 			t.Fatalf("Put: %v", err)
 		}
 	}
@@ -511,7 +494,7 @@ func TestPrefixIsolation(t *testing.T) {
 	if diff := cmp.Diff(want, keysUnder(t, raw, parent)); diff != "" {
 		t.Errorf("keys after a.Delete(jobs, recurse) (-want +got):\n%s", diff)
 	}
-	if _, _, err := a.Get(ctx, key); !errors.Is(err, jobs.ErrNotFound) {
-		t.Errorf("a.Get after delete: %v, want jobs.ErrNotFound", err)
+	if _, _, err := a.Get(ctx, key); !errors.Is(err, contract.ErrNotFound) {
+		t.Errorf("a.Get after delete: %v, want contract.ErrNotFound", err)
 	}
 }

@@ -2,7 +2,7 @@
 // every use of github.com/hashicorp/consul/api.
 //
 // Client implements jobs.KV on Consul's key/value store under one prefix
-// (default "pollux/", contracts.md §2): reads, unconditional and
+// (default "pollux/", docs/contracts.md §2): reads, unconditional and
 // check-and-set writes, blocking-query watches and deletes, with keys
 // relative to the prefix and validated so that no key escapes it.
 //
@@ -16,5 +16,9 @@
 // A holder that cannot reach Consul gives leadership up itself, one TTL
 // after its last renewal, so before Consul can hand the lock to another.
 //
-// JobKey, ConfigKey and StatusKey spell the keys of the KV layout.
+// The keys themselves are the contract package's (contract.MetricsKey,
+// contract.StatusKey, ...). The package imports no other package of this
+// project, so the worker libraries can use it without the controller; its
+// tests assert that Client and Leader implement jobs.KV and
+// jobs.Leadership.
 package consul

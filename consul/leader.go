@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 const (
@@ -88,8 +88,6 @@ type Leader struct {
 	// pending is closed when an abandoned attempt has cleaned up.
 	pending chan struct{}
 }
-
-var _ jobs.Leadership = (*Leader)(nil)
 
 // Leader returns a new candidacy for the leader lock with the client's
 // configuration (SessionTTL, LockDelay, LockKey, Instance). Each Leader is
@@ -258,7 +256,7 @@ func (l *Leader) waitPending(ctx context.Context) error {
 // should be tried again: everything but a key used for something else and
 // ACL refusals.
 func retryable(err error) bool {
-	if errors.Is(err, api.ErrLockConflict) || errors.Is(err, api.ErrLockHeld) || errors.Is(err, jobs.ErrPermissionDenied) {
+	if errors.Is(err, api.ErrLockConflict) || errors.Is(err, api.ErrLockHeld) || errors.Is(err, contract.ErrPermissionDenied) {
 		return false
 	}
 	msg := err.Error()

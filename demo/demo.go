@@ -23,6 +23,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/emulate"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
@@ -51,19 +52,34 @@ type Config struct {
 	// "optimus" (with an oracle read from the profiles and the workers'
 	// checkpoints, as the artifact's Optimus+Oracle).
 	Policy string
+	// Namespace is the Nomad namespace the jobs are registered in and
+	// their KV keys are named by (default: NOMAD_NAMESPACE, else
+	// "default").
+	Namespace string
+}
+
+// namespace returns the Nomad namespace of the demo's jobs.
+func (cfg Config) namespace() string {
+	if cfg.Namespace != "" {
+		return cfg.Namespace
+	}
+	if ns := os.Getenv("NOMAD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "default"
 }
 
 // Run submits the workload, drives it with the controller and returns
 // the outcome, with times in emulated seconds on the workload's clock.
 func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	if cfg.Speedup <= 0 || cfg.Binary == "" || len(cfg.Jobs) == 0 {
-		return results.Run{}, errors.New("loop: speedup, binary and at least one job are required")
+		return results.Run{}, errors.New("demo: speedup, binary and at least one job are required")
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	log = log.Named("loop")
+	log = log.Named("demo")
 	if cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
@@ -151,9 +167,9 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	for done < len(cfg.Jobs) {
 		select {
 		case <-ctx.Done():
-			return run, fmt.Errorf("loop: %d of %d jobs completed: %w", done, len(cfg.Jobs), ctx.Err())
+			return run, fmt.Errorf("demo: %d of %d jobs completed: %w", done, len(cfg.Jobs), ctx.Err())
 		case err := <-agentDone:
-			return run, fmt.Errorf("loop: controller stopped: %v", err)
+			return run, fmt.Errorf("demo: controller stopped: %v", err)
 		case now := <-tick.C:
 			for next < len(cfg.Jobs) && emulated(now) >= cfg.Jobs[next].Time {
 				id, err := submit(ctx, cfg, prefix, runID, cfg.Jobs[next])
@@ -168,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 				if !completed[i].IsZero() {
 					continue
 				}
-				cp, ok := checkpoint(ctx, cfg.Consul, prefix, ids[i])
+				cp, ok := checkpoint(ctx, cfg.Consul, prefix, cfg.namespace(), ids[i])
 				if ok && cp.Done {
 					completed[i] = cp.CompletedAt
 					if completed[i].IsZero() {
@@ -185,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	for i, j := range cfg.Jobs {
 		res := results.JobResult{Name: j.Name, Application: j.Application, Submitted: j.Time, Completed: true,
 			Completion: j.Time + completed[i].Sub(submitted[i]).Seconds()*cfg.Speedup}
-		if raw, _, err := kv.Get(ctx, "jobs/default/"+ids[i]+"/state"); err == nil {
+		if raw, _, err := kv.Get(ctx, contract.StateKey(cfg.namespace(), ids[i])); err == nil {
 			var st jobs.State
 			if json.Unmarshal(raw, &st) == nil {
 				res.Restarts = st.Restarts
@@ -205,9 +221,22 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 // submit registers one workload job as a Nomad batch job running an
 // emulated trainer on one GPU; the controller reshapes it from there.
 func submit(ctx context.Context, cfg Config, prefix, runID string, w workload.Job) (string, error) {
+	job, err := buildJob(cfg, prefix, runID, w)
+	if err != nil {
+		return "", err
+	}
+	if _, _, err := cfg.Nomad.Jobs().Register(job, (&nomadapi.WriteOptions{}).WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("demo: failed to submit %s: %w", w.Name, err)
+	}
+	return *job.ID, nil
+}
+
+// buildJob returns the Nomad job of one workload job, in the demo's
+// namespace.
+func buildJob(cfg Config, prefix, runID string, w workload.Job) (*nomadapi.Job, error) {
 	app := cfg.Apps[w.Application]
 	if app == nil {
-		return "", fmt.Errorf("loop: job %s: unknown application %q", w.Name, w.Application)
+		return nil, fmt.Errorf("demo: job %s: unknown application %q", w.Name, w.Application)
 	}
 	id := "loop-" + runID + "-" + w.Name
 	meta := map[string]string{
@@ -236,6 +265,8 @@ func submit(ctx context.Context, cfg Config, prefix, runID string, w workload.Jo
 		}
 	}
 	job := nomadapi.NewBatchJob(id, id, "global", 50)
+	ns := cfg.namespace()
+	job.Namespace = &ns
 	job.Datacenters = []string{"*"}
 	job.Meta = meta
 	task := nomadapi.NewTask("train", "raw_exec").
@@ -252,15 +283,12 @@ func submit(ctx context.Context, cfg Config, prefix, runID string, w workload.Jo
 	disk := 150
 	tg.EphemeralDisk = &nomadapi.EphemeralDisk{SizeMB: &disk}
 	job.AddTaskGroup(tg)
-	if _, _, err := cfg.Nomad.Jobs().Register(job, (&nomadapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		return "", fmt.Errorf("loop: failed to submit %s: %w", w.Name, err)
-	}
-	return id, nil
+	return job, nil
 }
 
-func checkpoint(ctx context.Context, c *consulapi.Client, prefix, id string) (emulate.Checkpoint, bool) {
+func checkpoint(ctx context.Context, c *consulapi.Client, prefix, namespace, id string) (emulate.Checkpoint, bool) {
 	var cp emulate.Checkpoint
-	pair, _, err := c.KV().Get(prefix+"jobs/default/"+id+"/checkpoint", (&consulapi.QueryOptions{}).WithContext(ctx))
+	pair, _, err := c.KV().Get(prefix+contract.CheckpointKey(namespace, id), (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil || pair == nil {
 		return cp, false
 	}
@@ -276,7 +304,7 @@ func oracleFor(ctx context.Context, cfg Config, prefix string) func(jobs.Job, jo
 		if app == nil {
 			return nil
 		}
-		cp, _ := checkpoint(ctx, cfg.Consul, prefix, j.ID)
+		cp, _ := checkpoint(ctx, cfg.Consul, prefix, j.Namespace, j.ID)
 		return profileOracle{app: app, batch: spec.InitBatchSize, epoch: min(cp.Epoch, app.CompletionEpoch())}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -310,7 +311,7 @@ func TestAccess(t *testing.T) {
 	if !strings.Contains(st.Instance, fmt.Sprintf("pid-%d", p.cmd.Process.Pid)) {
 		t.Errorf("status written by %q, want the agent pid %d", st.Instance, p.cmd.Process.Pid)
 	}
-	if js := jobStatus(t, st, id); js.State != jobs.StateScheduled {
+	if js := jobStatus(t, st, id); js.State != contract.StateScheduled {
 		t.Errorf("job status %+v", js)
 	}
 	if n, line := p.logged("permission denied"); n != deniedAtGrant {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 // TestMoreJobsThanGPUs: three tagged jobs that each need at least 4 GPUs
@@ -57,7 +57,7 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 			continue
 		}
 		got := e.waitPlaced(t, id, 90*time.Second)
-		t.Logf("%s placed on %s", id, jobs.FormatPlacement(got))
+		t.Logf("%s placed on %s", id, contract.FormatPlacement(got))
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		j, err := e.cluster.ReadJob(ctx, ref(zero))
@@ -74,7 +74,7 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if js := jobStatus(t, st, zero); js.Changed || js.Applied || js.State != jobs.StateScheduled {
+	if js := jobStatus(t, st, zero); js.Changed || js.Applied || js.State != contract.StateScheduled {
 		t.Errorf("round 2: the zero-GPU job %+v, want scheduled and left alone", js)
 	}
 	// Nomad calls a batch job with no allocations dead; the controller
@@ -103,9 +103,9 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := jobStatus(t, st, zero)
-	if js.State != jobs.StateScheduled || !js.Applied || js.GPUs < 4 {
+	if js.State != contract.StateScheduled || !js.Applied || js.GPUs < 4 {
 		t.Fatalf("after %s ended, the zero-GPU job: %+v, want scheduled and placed on at least 4 GPUs", gone, js)
 	}
 	got := e.waitPlaced(t, zero, 90*time.Second)
-	t.Logf("%s placed on %s once %s ended", zero, jobs.FormatPlacement(got), gone)
+	t.Logf("%s placed on %s once %s ended", zero, contract.FormatPlacement(got), gone)
 }

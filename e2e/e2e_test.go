@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -34,7 +35,7 @@ func TestRescaleTwoJobs(t *testing.T) {
 	t.Logf("round took %s (%v)", time.Since(t0), st.Timings)
 	for _, id := range []string{wide, narrow} {
 		js := jobStatus(t, st, id)
-		if js.State != jobs.StateScheduled || !js.Applied || js.Decision == nil {
+		if js.State != contract.StateScheduled || !js.Applied || js.Decision == nil {
 			t.Fatalf("%s: %+v, want scheduled and applied", id, js)
 		}
 		want := parsePlacement(t, js.Decision.Placement)
@@ -85,7 +86,7 @@ func splitNonEmpty(s string, sep byte) []string {
 
 // checkMeta: the output keys match the decision and are consistent:
 // batch = micro-batch × replicas × (accumulation steps + 1), within bounds.
-func checkMeta(t *testing.T, meta map[string]string, d jobs.Decision) {
+func checkMeta(t *testing.T, meta map[string]string, d contract.Decision) {
 	t.Helper()
 	num := func(k string) int {
 		v, err := strconv.Atoi(meta[k])
@@ -94,20 +95,20 @@ func checkMeta(t *testing.T, meta map[string]string, d jobs.Decision) {
 		}
 		return v
 	}
-	b, m, s, r := num(jobs.MetaBatchSize), num(jobs.MetaLocalBsz), num(jobs.MetaAccumSteps), num(jobs.MetaNumReplicas)
+	b, m, s, r := num(contract.MetaBatchSize), num(contract.MetaLocalBsz), num(contract.MetaAccumSteps), num(contract.MetaNumReplicas)
 	if b != m*r*(s+1) {
 		t.Errorf("meta: batch %d != local %d x replicas %d x (accum %d + 1)", b, m, r, s)
 	}
 	if b < 128 || b > 4096 || m < 1 || m > 1024 {
 		t.Errorf("meta: batch %d or micro-batch %d outside the job's bounds", b, m)
 	}
-	if b != d.BatchSize || r != d.NumReplicas || meta[jobs.MetaPlacement] != d.Placement || num(jobs.MetaNumNodes) != d.NumNodes {
+	if b != d.BatchSize || r != d.NumReplicas || meta[contract.MetaPlacement] != d.Placement || num(contract.MetaNumNodes) != d.NumNodes {
 		t.Errorf("meta %v does not match the decision %+v", meta, d)
 	}
-	if lr, err := strconv.ParseFloat(meta[jobs.MetaLR], 64); err != nil || lr <= 0 {
-		t.Errorf("meta lr %q", meta[jobs.MetaLR])
+	if lr, err := strconv.ParseFloat(meta[contract.MetaLR], 64); err != nil || lr <= 0 {
+		t.Errorf("meta lr %q", meta[contract.MetaLR])
 	}
-	if meta[jobs.MetaRound] == "" {
+	if meta[contract.MetaRound] == "" {
 		t.Error("meta pollux_round missing")
 	}
 }
@@ -160,7 +161,7 @@ func TestOperatorEditIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Meta["owner"] != "operator" || job.Meta[jobs.MetaBatchSize] != "" {
+	if job.Meta["owner"] != "operator" || job.Meta[contract.MetaBatchSize] != "" {
 		t.Errorf("job meta %v: want the operator's edit kept and no controller keys", job.Meta)
 	}
 	// Next round (no more edits): the controller decides again and applies.
@@ -202,7 +203,7 @@ func TestBadJobsAreSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	bm := jobStatus(t, st, badMeta)
-	if bm.State != jobs.StateInvalid || bm.Error == "" {
+	if bm.State != contract.StateInvalid || bm.Error == "" {
 		t.Errorf("bad meta job: %+v, want invalid with a reason", bm)
 	}
 	for _, key := range []string{"pollux_init_batch_size", "pollux_max_gpus"} {
@@ -211,7 +212,7 @@ func TestBadJobsAreSkipped(t *testing.T) {
 		}
 	}
 	gb := jobStatus(t, st, garbage)
-	if gb.Error == "" || gb.State != jobs.StateScheduled {
+	if gb.Error == "" || gb.State != contract.StateScheduled {
 		t.Errorf("garbage metrics job: %+v, want scheduled on defaults with the metrics error shown", gb)
 	}
 	gd := jobStatus(t, st, good)
@@ -235,7 +236,7 @@ func TestBadJobsAreSkipped(t *testing.T) {
 	if err := json.Unmarshal(raw, &stored); err != nil {
 		t.Fatal(err)
 	}
-	if jobStatus(t, &stored, badMeta).State != jobs.StateInvalid {
+	if jobStatus(t, &stored, badMeta).State != contract.StateInvalid {
 		t.Errorf("status in consul does not report the invalid job")
 	}
 }
@@ -306,7 +307,7 @@ func TestRoundLatency(t *testing.T) {
 				}
 				served := 0
 				for _, id := range ids {
-					if js := jobStatus(t, st, id); js.State == jobs.StateScheduled && js.Error == "" {
+					if js := jobStatus(t, st, id); js.State == contract.StateScheduled && js.Error == "" {
 						served++
 					}
 				}

@@ -20,6 +20,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -123,15 +124,15 @@ func (e *env) checkWhole(id string) string {
 	if len(job.Placement) == 0 {
 		return fmt.Sprintf("%s: has no placement", id)
 	}
-	if got, want := job.Meta[jobs.MetaPlacement], jobs.FormatPlacement(job.Placement); got != want {
-		return fmt.Sprintf("%s: meta %s = %q but its groups ask for %q", id, jobs.MetaPlacement, got, want)
+	if got, want := job.Meta[contract.MetaPlacement], contract.FormatPlacement(job.Placement); got != want {
+		return fmt.Sprintf("%s: meta %s = %q but its groups ask for %q", id, contract.MetaPlacement, got, want)
 	}
 	sum := 0
 	for _, p := range job.Placement {
 		sum += p.GPUs
 	}
-	if got := job.Meta[jobs.MetaNumReplicas]; got != strconv.Itoa(sum) {
-		return fmt.Sprintf("%s: meta %s = %q but its groups hold %d GPUs", id, jobs.MetaNumReplicas, got, sum)
+	if got := job.Meta[contract.MetaNumReplicas]; got != strconv.Itoa(sum) {
+		return fmt.Sprintf("%s: meta %s = %q but its groups hold %d GPUs", id, contract.MetaNumReplicas, got, sum)
 	}
 	raw, _, err := e.kv.Get(ctx, "jobs/default/"+id+"/state")
 	if err != nil {
@@ -145,21 +146,21 @@ func (e *env) checkWhole(id string) string {
 		return fmt.Sprintf("%s: state still has a pending write from round %d", id, s.Pending.Round)
 	}
 	if !jobs.SamePlacement(jobs.PlacementOf(s.Allocation), job.Placement) {
-		return fmt.Sprintf("%s: state records %s, the job asks for %s", id, jobs.FormatPlacement(jobs.PlacementOf(s.Allocation)), jobs.FormatPlacement(job.Placement))
+		return fmt.Sprintf("%s: state records %s, the job asks for %s", id, contract.FormatPlacement(jobs.PlacementOf(s.Allocation)), contract.FormatPlacement(job.Placement))
 	}
-	if s.Decision == nil || s.Decision.Placement != job.Meta[jobs.MetaPlacement] || strconv.Itoa(s.Decision.BatchSize) != job.Meta[jobs.MetaBatchSize] {
+	if s.Decision == nil || s.Decision.Placement != job.Meta[contract.MetaPlacement] || strconv.Itoa(s.Decision.BatchSize) != job.Meta[contract.MetaBatchSize] {
 		return fmt.Sprintf("%s: state's decision %+v disagrees with the meta %v", id, s.Decision, job.Meta)
 	}
 	raw, _, err = e.kv.Get(ctx, "jobs/default/"+id+"/decision")
 	if err != nil {
 		return fmt.Sprintf("%s: decision: %v", id, err)
 	}
-	var d jobs.Decision
+	var d contract.Decision
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return fmt.Sprintf("%s: decision: %v", id, err)
 	}
-	if d.Placement != job.Meta[jobs.MetaPlacement] {
-		return fmt.Sprintf("%s: published decision is for %q, the meta for %q", id, d.Placement, job.Meta[jobs.MetaPlacement])
+	if d.Placement != job.Meta[contract.MetaPlacement] {
+		return fmt.Sprintf("%s: published decision is for %q, the meta for %q", id, d.Placement, job.Meta[contract.MetaPlacement])
 	}
 	return ""
 }
@@ -352,7 +353,7 @@ func TestFaultNomadRestartAndNodeLoss(t *testing.T) {
 				onDead = onDead || p.Node == victimID
 			}
 			if !onDead {
-				t.Logf("re-placed %s after the node loss: %s, %s after the kill", wide, jobs.FormatPlacement(job.Placement), time.Since(killed).Round(time.Second))
+				t.Logf("re-placed %s after the node loss: %s, %s after the kill", wide, contract.FormatPlacement(job.Placement), time.Since(killed).Round(time.Second))
 				break
 			}
 		}
@@ -605,7 +606,7 @@ func TestOperatorActions(t *testing.T) {
 	}
 	stoppedIdx := e.modifyIndex(b)
 	st := round()
-	if js := jobStatus(t, st, b); js.State != jobs.StateStopped || js.Applied {
+	if js := jobStatus(t, st, b); js.State != contract.StateStopped || js.Applied {
 		t.Errorf("stopped job: %+v, want state stopped and untouched", js)
 	}
 	for _, j := range st.Jobs {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -75,7 +76,7 @@ func TestHostileInputs(t *testing.T) {
 	for _, mc := range metaCases {
 		id := metaJobs[mc.name]
 		js := jobStatus(t, st, id)
-		if js.State != jobs.StateInvalid || !strings.Contains(js.Error, mc.key) {
+		if js.State != contract.StateInvalid || !strings.Contains(js.Error, mc.key) {
 			t.Errorf("%s: %+v, want invalid naming %s", mc.name, js, mc.key)
 		}
 		if len(js.Error) > 4096 {
@@ -87,7 +88,7 @@ func TestHostileInputs(t *testing.T) {
 	}
 	for _, mc := range metricsCases {
 		js := jobStatus(t, st, metricsJobs[mc.name])
-		if js.State != jobs.StateScheduled || js.Error == "" || (mc.field != "" && !strings.Contains(js.Error, mc.field)) {
+		if js.State != contract.StateScheduled || js.Error == "" || (mc.field != "" && !strings.Contains(js.Error, mc.field)) {
 			t.Errorf("metrics %s: %+v, want scheduled on defaults with a reason naming %q", mc.name, js, mc.field)
 		} else {
 			t.Logf("metrics %s: %s", mc.name, js.Error)
@@ -147,7 +148,7 @@ func TestHostileConfig(t *testing.T) {
 		`not json at all`,
 		strings.Repeat(`{"a":`, 10000),
 	} {
-		if err := e.kv.Put(context.Background(), jobs.ConfigKey, []byte(doc)); err != nil {
+		if err := e.kv.Put(context.Background(), contract.ConfigKey, []byte(doc)); err != nil {
 			t.Fatal(err)
 		}
 		n := rounds.Load()
@@ -157,7 +158,7 @@ func TestHostileConfig(t *testing.T) {
 			t.Fatalf("configuration changed after the invalid document %.40q: %+v", doc, got)
 		}
 	}
-	if err := e.kv.Put(context.Background(), jobs.ConfigKey, []byte(`{"fairness_p": -2}`)); err != nil {
+	if err := e.kv.Put(context.Background(), contract.ConfigKey, []byte(`{"fairness_p": -2}`)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

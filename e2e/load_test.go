@@ -317,7 +317,7 @@ func TestLoad(t *testing.T) {
 				mu.Unlock()
 			}
 			if err != nil {
-				if run.Err() == nil && !errors.Is(err, jobs.ErrNotFound) {
+				if run.Err() == nil && !errors.Is(err, contract.ErrNotFound) {
 					t.Logf("watch status: %v", err)
 					time.Sleep(time.Second)
 				}
@@ -335,7 +335,7 @@ func TestLoad(t *testing.T) {
 			}
 			r := loadRound{Round: st.Round, At: st.Time, Timings: st.Timings, Conflicts: st.Conflicts, Errors: len(st.Errors)}
 			for _, js := range st.Jobs {
-				if js.State == jobs.StateScheduled {
+				if js.State == contract.StateScheduled {
 					r.Scheduled++
 				}
 				if js.Applied {
@@ -511,17 +511,17 @@ func (e *env) matchesDecision(id string, js jobs.JobStatus) string {
 		return fmt.Sprintf("%s: %v", id, err)
 	}
 	d := js.Decision
-	if got := jobs.FormatPlacement(job.Placement); got != d.Placement {
+	if got := contract.FormatPlacement(job.Placement); got != d.Placement {
 		return fmt.Sprintf("%s: spec asks for %q, the last decision is %q", id, got, d.Placement)
 	}
 	if d.NumReplicas == 0 && job.Unshaped {
 		return fmt.Sprintf("%s: decided 0 GPUs but the spec still asks for GPUs as submitted", id)
 	}
 	if !jobs.SamePerNode(job.Running, job.Placement) {
-		return fmt.Sprintf("%s: Nomad runs %q, the spec asks for %q", id, jobs.FormatPlacement(job.Running), d.Placement)
+		return fmt.Sprintf("%s: Nomad runs %q, the spec asks for %q", id, contract.FormatPlacement(job.Running), d.Placement)
 	}
-	if d.NumReplicas > 0 && job.Meta[jobs.MetaPlacement] != d.Placement {
-		return fmt.Sprintf("%s: meta %s = %q, the last decision %q", id, jobs.MetaPlacement, job.Meta[jobs.MetaPlacement], d.Placement)
+	if d.NumReplicas > 0 && job.Meta[contract.MetaPlacement] != d.Placement {
+		return fmt.Sprintf("%s: meta %s = %q, the last decision %q", id, contract.MetaPlacement, job.Meta[contract.MetaPlacement], d.Placement)
 	}
 	raw, _, err := e.kv.Get(ctx, "jobs/default/"+id+"/state")
 	if err != nil {
@@ -534,7 +534,7 @@ func (e *env) matchesDecision(id string, js jobs.JobStatus) string {
 	if s.Pending != nil {
 		return fmt.Sprintf("%s: a write from round %d still pending", id, s.Pending.Round)
 	}
-	if got := jobs.FormatPlacement(jobs.PlacementOf(s.Allocation)); got != d.Placement {
+	if got := contract.FormatPlacement(jobs.PlacementOf(s.Allocation)); got != d.Placement {
 		return fmt.Sprintf("%s: state records %q, the last decision %q", id, got, d.Placement)
 	}
 	return ""

@@ -14,6 +14,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
 )
@@ -21,9 +22,9 @@ import (
 // ownedMeta are the job meta keys the controller writes (contracts.md §1
 // and pollux_submit_time); every other key is the author's.
 var ownedMeta = []string{
-	jobs.MetaBatchSize, jobs.MetaLocalBsz, jobs.MetaAccumSteps, jobs.MetaLR,
-	jobs.MetaNumReplicas, jobs.MetaNumNodes, jobs.MetaPlacement, jobs.MetaRound,
-	nomad.MetaSubmitTime,
+	contract.MetaBatchSize, contract.MetaLocalBsz, contract.MetaAccumSteps, contract.MetaLR,
+	contract.MetaNumReplicas, contract.MetaNumNodes, contract.MetaPlacement, contract.MetaRound,
+	contract.MetaSubmitTime,
 }
 
 // richJob is a job with more than registerJob's: a constraint, group and
@@ -119,13 +120,13 @@ func withoutOwned(t *testing.T, job *nomadapi.Job, device string) (string, []str
 			groups = append(groups, string(b))
 			continue
 		}
-		if _, ok := g.Meta[nomad.MetaRank]; ok {
-			if m := rankName.FindStringSubmatch(*g.Name); m != nil && g.Meta[nomad.MetaRank] != "0" {
+		if _, ok := g.Meta[contract.MetaRank]; ok {
+			if m := rankName.FindStringSubmatch(*g.Name); m != nil && g.Meta[contract.MetaRank] != "0" {
 				g.Name = &m[1]
 				g.Scaling = nil
 			}
-			delete(g.Meta, nomad.MetaRank)
-			delete(g.Meta, nomad.MetaNode)
+			delete(g.Meta, contract.MetaRank)
+			delete(g.Meta, contract.MetaNode)
 			g.Constraints = slices.DeleteFunc(g.Constraints, func(c *nomadapi.Constraint) bool {
 				return c.LTarget == "${node.unique.id}" && c.Operand == "="
 			})
@@ -241,7 +242,7 @@ func TestOwnership(t *testing.T) {
 	}
 	for _, id := range []string{untagged, disabled} {
 		_, err := e.cluster.Apply(ctx, jobs.Change{Job: ref(id), JobModifyIndex: *before[id].JobModifyIndex,
-			Placement: []jobs.NodeGPUs{{Node: nodes[0].ID, GPUs: 1}}, Meta: map[string]string{jobs.MetaRound: "1"}})
+			Placement: []jobs.NodeGPUs{{Node: nodes[0].ID, GPUs: 1}}, Meta: map[string]string{contract.MetaRound: "1"}})
 		if !errors.Is(err, nomad.ErrNotManaged) {
 			t.Errorf("Apply to %s: %v, want ErrNotManaged", id, err)
 		}

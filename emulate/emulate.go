@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/apps"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
@@ -76,7 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	log := cfg.Logger.Named("emulate").With("app", cfg.App.Name, "rank", cfg.Rank)
-	key := cfg.Prefix + "jobs/" + cfg.Namespace + "/" + cfg.ID + "/checkpoint"
+	key := cfg.Prefix + contract.CheckpointKey(cfg.Namespace, cfg.ID)
 	kv := cfg.Consul.KV()
 	if cfg.Rank != 0 {
 		return waitDone(ctx, kv, key, log)

@@ -7,11 +7,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sync/errgroup"
-)
 
-// ConfigKey is the KV key (under the prefix) of the operator's
-// configuration.
-const ConfigKey = "config"
+	"github.com/pollux-nomad/pollux/contract"
+)
 
 // AgentOptions wire the long-running agent.
 type AgentOptions struct {
@@ -57,7 +55,7 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 	var last string
 	var retry backoff
 	for ctx.Err() == nil {
-		raw, idx, err := o.KV.Watch(ctx, ConfigKey, index, 5*time.Minute)
+		raw, idx, err := o.KV.Watch(ctx, contract.ConfigKey, index, 5*time.Minute)
 		if err != nil {
 			retry.wait(ctx, log, "failed to watch configuration; retrying", err)
 			continue

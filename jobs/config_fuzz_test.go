@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 )
 
@@ -194,8 +195,8 @@ func validState(t testing.TB) []byte {
 	t.Helper()
 	s := State{
 		Version:       stateVersion,
-		Perf:          &model.PerfParams{AlphaC: 0.02, BetaC: 0.0007, AlphaN: 0.12, BetaN: 0.002, AlphaR: 0.03, BetaR: 0.001, Gamma: 2},
-		Grad:          &model.GradParams{Sqr: 0.5, Var: 5},
+		Perf:          &contract.PerfParams{AlphaC: 0.02, BetaC: 0.0007, AlphaN: 0.12, BetaN: 0.002, AlphaR: 0.03, BetaR: 0.001, Gamma: 2},
+		Grad:          &contract.GradParams{Sqr: 0.5, Var: 5},
 		MetricsIndex:  42,
 		ProfilePoints: 3, MaxProfiled: 4,
 		Decision:     &Decision{BatchSize: 512, LocalBsz: 128, NumReplicas: 4, LR: 0.2, NumNodes: 1, Placement: "n1:4", Round: 9},
@@ -310,7 +311,7 @@ func checkState(t *testing.T, s *State) {
 		t.Errorf("version %d", s.Version)
 	}
 	if s.Perf != nil {
-		if err := s.Perf.Validate(); err != nil {
+		if err := model.PerfParams(*s.Perf).Validate(); err != nil {
 			t.Errorf("accepted perf %+v: %v", *s.Perf, err)
 		}
 	}
@@ -322,7 +323,7 @@ func checkState(t *testing.T, s *State) {
 		t.Errorf("accepted counters %+v", *s)
 	}
 	if s.Perf != nil && s.Grad != nil {
-		f := model.GoodputFunc{Perf: *s.Perf, Grad: *s.Grad, InitBatchSize: 128}
+		f := model.GoodputFunc{Perf: model.PerfParams(*s.Perf), Grad: model.GradParams(*s.Grad), InitBatchSize: 128}
 		for _, k := range []int{1, 4, 64} {
 			c := f.Optimize(1, k, model.Bounds{MaxBatchSize: 1 << 14, MinLocalBsz: 1, MaxLocalBsz: 1024, Accumulation: true})
 			if math.IsNaN(c.Goodput) || math.IsInf(c.Goodput, 0) || c.Goodput < 0 {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,44 +16,6 @@ import (
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
 )
-
-// Job states shown in the status document and metrics.
-const (
-	StateScheduled = "scheduled" // in the policy's input this round
-	StateInvalid   = "invalid"   // malformed meta or job spec: left untouched
-	StateStopped   = "stopped"   // stopped or dead: ignored
-	StateError     = "error"     // could not be read: held
-)
-
-// JobStatus is one job's line in the round's status.
-type JobStatus struct {
-	Job   string `json:"job"`
-	State string `json:"state"`
-	// Error is why the job is invalid, held, or why its metrics were
-	// rejected.
-	Error    string    `json:"error,omitempty"`
-	GPUs     int       `json:"gpus"`
-	Decision *Decision `json:"decision,omitempty"`
-	Changed  bool      `json:"changed,omitempty"`
-	Applied  bool      `json:"applied,omitempty"`
-	Conflict bool      `json:"conflict,omitempty"`
-	Fitted   bool      `json:"fitted,omitempty"`
-}
-
-// Status is the summary of one round, written to <prefix>status.
-type Status struct {
-	Round     int64       `json:"round"`
-	Time      time.Time   `json:"time"`
-	Instance  string      `json:"instance"`
-	DryRun    bool        `json:"dry_run"`
-	Nodes     int         `json:"nodes"`
-	GPUs      int         `json:"gpus"`
-	Jobs      []JobStatus `json:"jobs"`
-	Conflicts int         `json:"conflicts"`
-	Errors    []string    `json:"errors,omitempty"`
-	// Phase timings in milliseconds: snapshot, fit, optimize, apply, total.
-	Timings map[string]float64 `json:"timings_ms"`
-}
 
 // Options are the controller's dependencies.
 type Options struct {
@@ -180,7 +141,7 @@ func (c *Controller) Forget() {
 // round. Otherwise another controller led in between, and it reloads
 // everything from Consul. Round numbers go on from the last status.
 func (c *Controller) TakeOver(ctx context.Context) {
-	prev, _, err := c.kv.Get(ctx, TermKey)
+	prev, _, err := c.kv.Get(ctx, contract.TermKey)
 	switch {
 	case err == nil && string(prev) == c.instance && len(c.states) > 0:
 		c.log.Info("resuming as leader with the state in memory: nobody led in between", "round", c.round, "jobs", len(c.states))
@@ -193,10 +154,10 @@ func (c *Controller) TakeOver(ctx context.Context) {
 		}
 		c.Forget()
 	}
-	if err := c.kv.Put(ctx, TermKey, []byte(c.instance)); err != nil {
+	if err := c.kv.Put(ctx, contract.TermKey, []byte(c.instance)); err != nil {
 		c.log.Warn("failed to record the term", "error", err)
 	}
-	if raw, _, err := c.kv.Get(ctx, "status"); err == nil {
+	if raw, _, err := c.kv.Get(ctx, contract.StatusKey); err == nil {
 		var st Status
 		if json.Unmarshal(raw, &st) == nil {
 			c.round = max(c.round, st.Round)
@@ -204,10 +165,6 @@ func (c *Controller) TakeOver(ctx context.Context) {
 	}
 	c.lastTime = time.Time{}
 }
-
-// TermKey is the KV key (under the prefix) naming the instance whose
-// leadership term began last.
-const TermKey = "term"
 
 // kvGet reads a key unless Consul already failed this round. A failure
 // other than a missing key is remembered in kvErr.
@@ -542,7 +499,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if raw, err := json.Marshal(status); err == nil {
-		if err := c.kvPut(sctx, "status", raw); err != nil && !c.kvDown(err) {
+		if err := c.kvPut(sctx, contract.StatusKey, raw); err != nil && !c.kvDown(err) {
 			c.log.Warn("failed to write status", "error", err)
 			c.metrics.incError("write_status")
 		}
@@ -622,7 +579,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry) {
 	log := c.log.With("job_id", e.job.JobRef.String(), "pending_round", p.Round)
 	if e.job.JobModifyIndex != p.ReadIndex && SamePlacement(PlacementOf(p.Allocation), e.job.Placement) {
 		c.commit(e.state, p.Allocation, p.Decision, e.job.JobModifyIndex, p.At)
-		log.Info("completed the bookkeeping of an interrupted write: the job has its new placement", "placement", FormatPlacement(e.job.Placement), "job_modify_index", e.job.JobModifyIndex)
+		log.Info("completed the bookkeeping of an interrupted write: the job has its new placement", "placement", contract.FormatPlacement(e.job.Placement), "job_modify_index", e.job.JobModifyIndex)
 	} else {
 		e.state.Pending = nil
 		log.Info("an interrupted write did not happen; deciding again", "read_index", p.ReadIndex, "job_modify_index", e.job.JobModifyIndex)
@@ -668,7 +625,8 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 			}
 			if perr == nil {
 				grad := metrics.GradParams(doc)
-				e.state.Perf, e.state.Grad = &perf, &grad
+				sp, sg := contract.PerfParams(perf), contract.GradParams(grad)
+				e.state.Perf, e.state.Grad = &sp, &sg
 				e.state.ProfilePoints = len(points)
 				e.state.MaxProfiled = 0
 				for _, p := range points {
@@ -688,7 +646,7 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 	}
 	e.st.Error = e.state.MetricsError
 	if e.state.Perf != nil && e.state.Grad != nil {
-		e.fit = &model.GoodputFunc{Perf: *e.state.Perf, Grad: *e.state.Grad, InitBatchSize: float64(e.spec.InitBatchSize)}
+		e.fit = &model.GoodputFunc{Perf: model.PerfParams(*e.state.Perf), Grad: model.GradParams(*e.state.Grad), InitBatchSize: float64(e.spec.InitBatchSize)}
 	}
 }
 
@@ -794,14 +752,14 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 	}
 	e.st.Changed = true
 	if cfg.DryRun || !apply {
-		log.Info("would reallocate (dry run)", "from", FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize)
+		log.Info("would reallocate (dry run)", "from", contract.FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize)
 		return
 	}
 	if hold != "" {
 		e.st.Error = "held: " + hold
 		return
 	}
-	from := FormatPlacement(e.job.Placement)
+	from := contract.FormatPlacement(e.job.Placement)
 	idx, ok := c.write(ctx, e, alloc, d, status)
 	if !ok {
 		return
@@ -818,7 +776,7 @@ func (c *Controller) settle(ctx context.Context, cfg Config, apply bool, e *entr
 // whether the write happened.
 func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool {
 	d := Decide(e.spec, nil, nil, c.round)
-	from := FormatPlacement(e.job.Placement)
+	from := contract.FormatPlacement(e.job.Placement)
 	idx, ok := c.write(ctx, e, nil, d, status)
 	if ok {
 		c.log.Info("stopped the job first: its new GPUs are held by a job that moves away in the same round", "job_id", e.job.JobRef.String(), "from", from, "job_modify_index", idx)
@@ -892,7 +850,7 @@ func (c *Controller) checkPlaced(ctx context.Context, e *entry) {
 	if c.now().Sub(e.state.AppliedAt) < placementGrace {
 		return // Nomad is still moving allocations around
 	}
-	reason := "nomad runs " + FormatPlacement(e.job.Running) + ", spec asks for " + FormatPlacement(e.job.Placement)
+	reason := "nomad runs " + contract.FormatPlacement(e.job.Running) + ", spec asks for " + contract.FormatPlacement(e.job.Placement)
 	if placer, ok := c.cluster.(Placer); ok {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		placed, why, err := placer.Placed(pctx, e.job.JobRef, e.job.JobModifyIndex)
@@ -939,36 +897,6 @@ func (c *Controller) publish(ctx context.Context, ref JobRef, d Decision) {
 	}
 }
 
-func jobKey(ref JobRef, leaf string) string {
-	return "jobs/" + ref.Namespace + "/" + ref.ID + "/" + leaf
-}
-func metricsKey(ref JobRef) string  { return jobKey(ref, "metrics") }
-func stateKey(ref JobRef) string    { return jobKey(ref, "state") }
-func decisionKey(ref JobRef) string { return jobKey(ref, "decision") }
-
-// String renders the status as a readable table.
-func (s *Status) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts\n",
-		s.Round, s.Time.Format(time.RFC3339), s.Instance, s.DryRun, s.Nodes, s.GPUs, s.Conflicts)
-	for _, j := range s.Jobs {
-		line := fmt.Sprintf("  %-40s %-10s gpus=%-3d", j.Job, j.State, j.GPUs)
-		if j.Decision != nil {
-			line += fmt.Sprintf(" batch=%d local=%d accum=%d lr=%.4g placement=%s", j.Decision.BatchSize, j.Decision.LocalBsz, j.Decision.AccumSteps, j.Decision.LR, j.Decision.Placement)
-		}
-		if j.Changed {
-			line += " [changed]"
-		}
-		if j.Conflict {
-			line += " [conflict]"
-		}
-		if j.Error != "" {
-			line += " error: " + j.Error
-		}
-		b.WriteString(line + "\n")
-	}
-	for _, e := range s.Errors {
-		b.WriteString("  error: " + e + "\n")
-	}
-	return b.String()
-}
+func metricsKey(ref JobRef) string  { return contract.MetricsKey(ref.Namespace, ref.ID) }
+func stateKey(ref JobRef) string    { return contract.StateKey(ref.Namespace, ref.ID) }
+func decisionKey(ref JobRef) string { return contract.DecisionKey(ref.Namespace, ref.ID) }

@@ -2,50 +2,15 @@ package jobs
 
 import (
 	"math"
-	"sort"
-	"strconv"
-	"strings"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
 )
 
-// Decision is one job's allocation and training configuration: the output
-// meta keys of contracts.md §1 and the JSON of the decision key (§2).
-type Decision struct {
-	BatchSize   int     `json:"batch_size"`
-	LocalBsz    int     `json:"local_bsz"`
-	AccumSteps  int     `json:"accum_steps"`
-	LR          float64 `json:"lr"`
-	NumReplicas int     `json:"num_replicas"`
-	NumNodes    int     `json:"num_nodes"`
-	// Placement is "node-id:gpus,node-id:gpus,..." in rank order.
-	Placement string `json:"placement"`
-	Round     int64  `json:"round"`
-}
-
-// Meta returns the decision as the controller's output meta keys.
-func (d Decision) Meta() map[string]string {
-	return map[string]string{
-		MetaBatchSize:   strconv.Itoa(d.BatchSize),
-		MetaLocalBsz:    strconv.Itoa(d.LocalBsz),
-		MetaAccumSteps:  strconv.Itoa(d.AccumSteps),
-		MetaLR:          strconv.FormatFloat(d.LR, 'g', 8, 64),
-		MetaNumReplicas: strconv.Itoa(d.NumReplicas),
-		MetaNumNodes:    strconv.Itoa(d.NumNodes),
-		MetaPlacement:   d.Placement,
-		MetaRound:       strconv.FormatInt(d.Round, 10),
-	}
-}
-
-// FormatPlacement renders a placement as "node:gpus,node:gpus".
-func FormatPlacement(p []NodeGPUs) string {
-	parts := make([]string, len(p))
-	for i, n := range p {
-		parts[i] = n.Node + ":" + strconv.Itoa(n.GPUs)
-	}
-	return strings.Join(parts, ",")
-}
+// Decision is one job's allocation and training configuration (the
+// contract's decision document).
+type Decision = contract.Decision
 
 // PlacementOf groups a policy allocation (a node ID per GPU, in rank
 // order) into GPUs per node.
@@ -77,11 +42,6 @@ func SamePlacement(a, b []NodeGPUs) bool {
 	return policy.Equal(AllocOf(a), AllocOf(b))
 }
 
-// SortNodes orders a placement's nodes the way the policy lists them.
-func SortNodes(p []NodeGPUs, order map[string]int) {
-	sort.SliceStable(p, func(i, j int) bool { return order[p[i].Node] < order[p[j].Node] })
-}
-
 // Decide picks the batch size, micro-batch, accumulation steps and
 // learning rate for a job on placement p. With a fitted model (f != nil)
 // it maximises predicted goodput (Pollux, OSDI '21, §3.3); without one it
@@ -93,7 +53,7 @@ func Decide(spec Spec, f *model.GoodputFunc, p []NodeGPUs, round int64) Decision
 	for _, n := range p {
 		k += n.GPUs
 	}
-	d := Decision{NumReplicas: k, NumNodes: nodes, Placement: FormatPlacement(p), Round: round}
+	d := Decision{NumReplicas: k, NumNodes: nodes, Placement: contract.FormatPlacement(p), Round: round}
 	if k == 0 {
 		d.LR = spec.InitLR
 		return d

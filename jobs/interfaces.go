@@ -2,24 +2,17 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/pollux-nomad/pollux/contract"
 )
 
-// Sentinel errors the adapters wrap so the controller can test them with
-// errors.Is.
+// The contract's sentinel errors, under the names the controller's
+// callers have used.
 var (
-	// ErrConflict: a check-and-set write lost because someone else changed
-	// the object since it was read (Nomad: the job's JobModifyIndex moved;
-	// Consul: the key's ModifyIndex moved).
-	ErrConflict = errors.New("conflicting modification")
-	// ErrNotFound: the job or key does not exist (any more).
-	ErrNotFound = errors.New("not found")
-	// ErrPermissionDenied: the server refused the call for lack of ACL
-	// permission (HTTP 403: no token, an unknown token, or a token whose
-	// policy lacks the rule). The wrapping error names the server, the
-	// operation, the key or namespace and the rule the token needs.
-	ErrPermissionDenied = errors.New("permission denied")
+	ErrConflict         = contract.ErrConflict
+	ErrNotFound         = contract.ErrNotFound
+	ErrPermissionDenied = contract.ErrPermissionDenied
 )
 
 // JobRef names a Nomad job.
@@ -32,12 +25,7 @@ type JobRef struct {
 func (r JobRef) String() string { return r.Namespace + "/" + r.ID }
 
 // NodeGPUs is a number of GPUs on one node.
-type NodeGPUs struct {
-	// Node is the Nomad node ID.
-	Node string `json:"node"`
-	// GPUs is the number of devices.
-	GPUs int `json:"gpus"`
-}
+type NodeGPUs = contract.NodeGPUs
 
 // Job is what the controller needs to know of one Pollux-tagged Nomad job.
 type Job struct {

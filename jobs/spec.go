@@ -7,38 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 
 	"github.com/pollux-nomad/pollux/contract/quote"
 )
 
-// Meta keys of contracts.md §1.
-const (
-	MetaEnabled       = "pollux_enabled"
-	MetaGroup         = "pollux_group"
-	MetaInitBatchSize = "pollux_init_batch_size"
-	MetaInitLR        = "pollux_init_lr"
-	MetaMaxBatchSize  = "pollux_max_batch_size"
-	MetaLocalBszMin   = "pollux_local_bsz_min"
-	MetaLocalBszMax   = "pollux_local_bsz_max"
-	MetaAccumulation  = "pollux_accumulation"
-	MetaLRScaling     = "pollux_lr_scaling"
-	MetaMinGPUs       = "pollux_min_gpus"
-	MetaMaxGPUs       = "pollux_max_gpus"
-
-	MetaBatchSize   = "pollux_batch_size"
-	MetaLocalBsz    = "pollux_local_bsz"
-	MetaAccumSteps  = "pollux_accum_steps"
-	MetaLR          = "pollux_lr"
-	MetaNumReplicas = "pollux_num_replicas"
-	MetaNumNodes    = "pollux_num_nodes"
-	MetaPlacement   = "pollux_placement"
-	MetaRound       = "pollux_round"
-)
-
 // maxMetaValue bounds a numeric meta value: beyond it a batch size or GPU
 // count is certainly a typo.
-const maxMetaValue = 1 << 24
+const maxMetaValue = contract.MaxMetaValue
 
 // maxInitLR bounds pollux_init_lr: beyond it a learning rate is certainly
 // a typo, and below it every scaled rate (at most maxMetaValue times the
@@ -96,52 +73,52 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 		return v
 	}
 	s := Spec{}
-	s.InitBatchSize = intKey(MetaInitBatchSize, 1, true)
-	if raw, ok := meta[MetaInitLR]; !ok {
-		errs = append(errs, fmt.Errorf("%s: required", MetaInitLR))
+	s.InitBatchSize = intKey(contract.MetaInitBatchSize, 1, true)
+	if raw, ok := meta[contract.MetaInitLR]; !ok {
+		errs = append(errs, fmt.Errorf("%s: required", contract.MetaInitLR))
 	} else if v, err := parseDecimal(raw); err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
-		errs = append(errs, fmt.Errorf("%s: must be a positive finite number, got %q", MetaInitLR, truncate(raw)))
+		errs = append(errs, fmt.Errorf("%s: must be a positive finite number, got %q", contract.MetaInitLR, truncate(raw)))
 	} else if v > maxInitLR {
-		errs = append(errs, fmt.Errorf("%s: must be at most %g, got %q", MetaInitLR, maxInitLR, truncate(raw)))
+		errs = append(errs, fmt.Errorf("%s: must be at most %g, got %q", contract.MetaInitLR, maxInitLR, truncate(raw)))
 	} else {
 		s.InitLR = v
 	}
-	s.MaxBatchSize = intKey(MetaMaxBatchSize, s.InitBatchSize, false)
-	s.LocalBszMin = intKey(MetaLocalBszMin, 1, false)
-	s.LocalBszMax = intKey(MetaLocalBszMax, s.InitBatchSize, false)
-	s.MinGPUs = intKey(MetaMinGPUs, 1, false)
-	if _, ok := meta[MetaMaxGPUs]; ok {
-		s.MaxGPUs = intKey(MetaMaxGPUs, 0, false)
+	s.MaxBatchSize = intKey(contract.MetaMaxBatchSize, s.InitBatchSize, false)
+	s.LocalBszMin = intKey(contract.MetaLocalBszMin, 1, false)
+	s.LocalBszMax = intKey(contract.MetaLocalBszMax, s.InitBatchSize, false)
+	s.MinGPUs = intKey(contract.MetaMinGPUs, 1, false)
+	if _, ok := meta[contract.MetaMaxGPUs]; ok {
+		s.MaxGPUs = intKey(contract.MetaMaxGPUs, 0, false)
 	}
 	s.Accumulation = true
-	if raw, ok := meta[MetaAccumulation]; ok {
+	if raw, ok := meta[contract.MetaAccumulation]; ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(raw))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", MetaAccumulation, truncate(raw)))
+			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", contract.MetaAccumulation, truncate(raw)))
 		}
 		s.Accumulation = b
 	}
-	rule, err := model.ParseLRScaling(strings.TrimSpace(meta[MetaLRScaling]))
+	rule, err := model.ParseLRScaling(strings.TrimSpace(meta[contract.MetaLRScaling]))
 	if err != nil {
 		// Not model's error: it quotes the whole value, which may be long.
-		errs = append(errs, fmt.Errorf("%s: want adascale, linear, sqrt or none, got %q", MetaLRScaling, truncate(meta[MetaLRScaling])))
+		errs = append(errs, fmt.Errorf("%s: want adascale, linear, sqrt or none, got %q", contract.MetaLRScaling, truncate(meta[contract.MetaLRScaling])))
 	}
 	s.LRScaling = rule
 	if s.MaxBatchSize < s.InitBatchSize {
-		errs = append(errs, fmt.Errorf("%s: %d is below %s %d", MetaMaxBatchSize, s.MaxBatchSize, MetaInitBatchSize, s.InitBatchSize))
+		errs = append(errs, fmt.Errorf("%s: %d is below %s %d", contract.MetaMaxBatchSize, s.MaxBatchSize, contract.MetaInitBatchSize, s.InitBatchSize))
 	}
 	if s.LocalBszMax < s.LocalBszMin {
-		errs = append(errs, fmt.Errorf("%s: %d is below %s %d", MetaLocalBszMax, s.LocalBszMax, MetaLocalBszMin, s.LocalBszMin))
+		errs = append(errs, fmt.Errorf("%s: %d is below %s %d", contract.MetaLocalBszMax, s.LocalBszMax, contract.MetaLocalBszMin, s.LocalBszMin))
 	}
 	if s.MaxGPUs > 0 && s.MaxGPUs < s.MinGPUs {
-		errs = append(errs, fmt.Errorf("%s: %d is below %s %d", MetaMaxGPUs, s.MaxGPUs, MetaMinGPUs, s.MinGPUs))
+		errs = append(errs, fmt.Errorf("%s: %d is below %s %d", contract.MetaMaxGPUs, s.MaxGPUs, contract.MetaMinGPUs, s.MinGPUs))
 	}
 	if s.LocalBszMin > s.MaxBatchSize {
-		errs = append(errs, fmt.Errorf("%s: %d is above the largest batch size %d", MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
+		errs = append(errs, fmt.Errorf("%s: %d is above the largest batch size %d", contract.MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
 	} else if s.MinGPUs*s.LocalBszMin > s.MaxBatchSize {
 		// Both are at most maxMetaValue, so the product cannot overflow.
 		errs = append(errs, fmt.Errorf("%s: %d GPUs of at least %s %d exceed the largest batch size %d",
-			MetaMinGPUs, s.MinGPUs, MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
+			contract.MetaMinGPUs, s.MinGPUs, contract.MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
 	}
 	return s, errors.Join(errs...)
 }

@@ -7,14 +7,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 )
 
 // specKeys are the author-written meta keys ParseSpec reads, in the order
 // of FuzzParseSpec's arguments.
 var specKeys = []string{
-	MetaInitBatchSize, MetaInitLR, MetaMaxBatchSize, MetaLocalBszMin, MetaLocalBszMax,
-	MetaAccumulation, MetaLRScaling, MetaMinGPUs, MetaMaxGPUs,
+	contract.MetaInitBatchSize, contract.MetaInitLR, contract.MetaMaxBatchSize, contract.MetaLocalBszMin, contract.MetaLocalBszMax,
+	contract.MetaAccumulation, contract.MetaLRScaling, contract.MetaMinGPUs, contract.MetaMaxGPUs,
 }
 
 // maxSpecError bounds ParseSpec's message, however long the values.
@@ -65,7 +66,7 @@ func checkSpec(t *testing.T, s Spec) {
 
 func TestParseSpecHostile(t *testing.T) {
 	base := func(kv ...string) map[string]string {
-		m := map[string]string{MetaEnabled: "true", MetaInitBatchSize: "128", MetaInitLR: "0.1"}
+		m := map[string]string{contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1"}
 		for i := 0; i+1 < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
 		}
@@ -78,60 +79,60 @@ func TestParseSpecHostile(t *testing.T) {
 		// meta is valid.
 		wantErr []string
 	}{
-		"1e300 batch size":          {meta: base(MetaInitBatchSize, "1e300"), wantErr: []string{MetaInitBatchSize + `: not an integer: "1e300"`}},
-		"20-digit batch size":       {meta: base(MetaMaxBatchSize, "99999999999999999999"), wantErr: []string{MetaMaxBatchSize + `: must be in [1, 16777216], got "99999999999999999999"`}},
-		"int64 overflow by one":     {meta: base(MetaMaxGPUs, "9223372036854775808"), wantErr: []string{MetaMaxGPUs + `: must be in [1, 16777216], got "9223372036854775808"`}},
-		"int64 max":                 {meta: base(MetaMinGPUs, "9223372036854775807"), wantErr: []string{MetaMinGPUs + ": must be in [1, 16777216], got 9223372036854775807"}},
-		"just above the bound":      {meta: base(MetaLocalBszMax, "16777217"), wantErr: []string{MetaLocalBszMax + ": must be in [1, 16777216], got 16777217"}},
-		"negative local min":        {meta: base(MetaLocalBszMin, "-1"), wantErr: []string{MetaLocalBszMin + ": must be in [1, 16777216], got -1"}},
-		"zero batch size":           {meta: base(MetaInitBatchSize, "0"), wantErr: []string{MetaInitBatchSize + ": must be in [1, 16777216], got 0"}},
-		"zero max gpus":             {meta: base(MetaMaxGPUs, "0"), wantErr: []string{MetaMaxGPUs + ": must be in [1, 16777216], got 0"}},
-		"hex batch size":            {meta: base(MetaInitBatchSize, "0x10"), wantErr: []string{MetaInitBatchSize + `: not an integer: "0x10"`}},
-		"digit separators":          {meta: base(MetaInitBatchSize, "1_024"), wantErr: []string{MetaInitBatchSize + `: not an integer: "1_024"`}},
-		"fullwidth digits":          {meta: base(MetaInitBatchSize, "１２８"), wantErr: []string{MetaInitBatchSize + `: not an integer: "１２８"`}},
-		"empty batch size":          {meta: base(MetaInitBatchSize, ""), wantErr: []string{MetaInitBatchSize + `: not an integer: ""`}},
-		"blank batch size":          {meta: base(MetaInitBatchSize, " \t "), wantErr: []string{MetaInitBatchSize + `: not an integer: " \t "`}},
-		"inner space":               {meta: base(MetaInitBatchSize, "1 28"), wantErr: []string{MetaInitBatchSize + `: not an integer: "1 28"`}},
-		"zero lr":                   {meta: base(MetaInitLR, "0"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "0"`}},
-		"negative lr":               {meta: base(MetaInitLR, "-0.1"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "-0.1"`}},
-		"nan lr":                    {meta: base(MetaInitLR, "nan"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "nan"`}},
-		"inf lr":                    {meta: base(MetaInitLR, "+Inf"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "+Inf"`}},
-		"infinity lr":               {meta: base(MetaInitLR, "infinity"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "infinity"`}},
-		"overflowing lr":            {meta: base(MetaInitLR, "1e400"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "1e400"`}},
-		"1e300 lr":                  {meta: base(MetaInitLR, "1e300"), wantErr: []string{MetaInitLR + `: must be at most 1e+06, got "1e300"`}},
-		"hex lr":                    {meta: base(MetaInitLR, "0x10"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "0x10"`}},
-		"hex float lr":              {meta: base(MetaInitLR, "0x1p-3"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "0x1p-3"`}},
-		"empty lr":                  {meta: base(MetaInitLR, ""), wantErr: []string{MetaInitLR + `: must be a positive finite number, got ""`}},
-		"comma decimal lr":          {meta: base(MetaInitLR, "0,1"), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "0,1"`}},
-		"empty bool":                {meta: base(MetaAccumulation, ""), wantErr: []string{MetaAccumulation + `: want true or false, got ""`}},
-		"yes bool":                  {meta: base(MetaAccumulation, "yes"), wantErr: []string{MetaAccumulation + `: want true or false, got "yes"`}},
-		"unknown rule":              {meta: base(MetaLRScaling, "cosine"), wantErr: []string{MetaLRScaling + `: want adascale, linear, sqrt or none, got "cosine"`}},
-		"rule in capitals":          {meta: base(MetaLRScaling, "AdaScale"), wantErr: []string{MetaLRScaling + `: want adascale, linear, sqrt or none, got "AdaScale"`}},
-		"max batch below m0":        {meta: base(MetaMaxBatchSize, "64"), wantErr: []string{MetaMaxBatchSize + ": 64 is below " + MetaInitBatchSize + " 128"}},
-		"local max below local min": {meta: base(MetaLocalBszMin, "64", MetaLocalBszMax, "32"), wantErr: []string{MetaLocalBszMax + ": 32 is below " + MetaLocalBszMin + " 64"}},
-		"local min above default local max": {meta: base(MetaLocalBszMin, "256", MetaMaxBatchSize, "4096"),
-			wantErr: []string{MetaLocalBszMax + ": 128 is below " + MetaLocalBszMin + " 256"}},
-		"local min above max batch": {meta: base(MetaLocalBszMin, "256", MetaLocalBszMax, "512"),
-			wantErr: []string{MetaLocalBszMin + ": 256 is above the largest batch size 128"}},
-		"max gpus below min gpus": {meta: base(MetaMinGPUs, "8", MetaMaxGPUs, "4"), wantErr: []string{MetaMaxGPUs + ": 4 is below " + MetaMinGPUs + " 8"}},
-		"min gpus cannot fit the largest batch": {meta: base(MetaMinGPUs, "8", MetaLocalBszMin, "32"),
-			wantErr: []string{MetaMinGPUs + ": 8 GPUs of at least " + MetaLocalBszMin + " 32 exceed the largest batch size 128"}},
-		"1 MiB batch size": {meta: base(MetaInitBatchSize, mib), wantErr: []string{MetaInitBatchSize + `: must be in [1, 16777216], got "7777777777777777777777777777777777777777..."`}},
-		"1 MiB lr":         {meta: base(MetaInitLR, mib), wantErr: []string{MetaInitLR + `: must be a positive finite number, got "7777777777777777777777777777777777777777..."`}},
-		"1 MiB rule":       {meta: base(MetaLRScaling, strings.Repeat("z", 1<<20)), wantErr: []string{MetaLRScaling + `: want adascale, linear, sqrt or none, got "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz..."`}},
-		"1 MiB bool":       {meta: base(MetaAccumulation, strings.Repeat("y", 1<<20)), wantErr: []string{MetaAccumulation + `: want true or false, got "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy..."`}},
-		"long unicode value cut at a rune boundary": {meta: base(MetaInitBatchSize, strings.Repeat("é", 1000)),
-			wantErr: []string{MetaInitBatchSize + `: not an integer: "` + strings.Repeat("é", 20) + `..."`}},
+		"1e300 batch size":          {meta: base(contract.MetaInitBatchSize, "1e300"), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "1e300"`}},
+		"20-digit batch size":       {meta: base(contract.MetaMaxBatchSize, "99999999999999999999"), wantErr: []string{contract.MetaMaxBatchSize + `: must be in [1, 16777216], got "99999999999999999999"`}},
+		"int64 overflow by one":     {meta: base(contract.MetaMaxGPUs, "9223372036854775808"), wantErr: []string{contract.MetaMaxGPUs + `: must be in [1, 16777216], got "9223372036854775808"`}},
+		"int64 max":                 {meta: base(contract.MetaMinGPUs, "9223372036854775807"), wantErr: []string{contract.MetaMinGPUs + ": must be in [1, 16777216], got 9223372036854775807"}},
+		"just above the bound":      {meta: base(contract.MetaLocalBszMax, "16777217"), wantErr: []string{contract.MetaLocalBszMax + ": must be in [1, 16777216], got 16777217"}},
+		"negative local min":        {meta: base(contract.MetaLocalBszMin, "-1"), wantErr: []string{contract.MetaLocalBszMin + ": must be in [1, 16777216], got -1"}},
+		"zero batch size":           {meta: base(contract.MetaInitBatchSize, "0"), wantErr: []string{contract.MetaInitBatchSize + ": must be in [1, 16777216], got 0"}},
+		"zero max gpus":             {meta: base(contract.MetaMaxGPUs, "0"), wantErr: []string{contract.MetaMaxGPUs + ": must be in [1, 16777216], got 0"}},
+		"hex batch size":            {meta: base(contract.MetaInitBatchSize, "0x10"), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "0x10"`}},
+		"digit separators":          {meta: base(contract.MetaInitBatchSize, "1_024"), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "1_024"`}},
+		"fullwidth digits":          {meta: base(contract.MetaInitBatchSize, "１２８"), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "１２８"`}},
+		"empty batch size":          {meta: base(contract.MetaInitBatchSize, ""), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: ""`}},
+		"blank batch size":          {meta: base(contract.MetaInitBatchSize, " \t "), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: " \t "`}},
+		"inner space":               {meta: base(contract.MetaInitBatchSize, "1 28"), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "1 28"`}},
+		"zero lr":                   {meta: base(contract.MetaInitLR, "0"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "0"`}},
+		"negative lr":               {meta: base(contract.MetaInitLR, "-0.1"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "-0.1"`}},
+		"nan lr":                    {meta: base(contract.MetaInitLR, "nan"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "nan"`}},
+		"inf lr":                    {meta: base(contract.MetaInitLR, "+Inf"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "+Inf"`}},
+		"infinity lr":               {meta: base(contract.MetaInitLR, "infinity"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "infinity"`}},
+		"overflowing lr":            {meta: base(contract.MetaInitLR, "1e400"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "1e400"`}},
+		"1e300 lr":                  {meta: base(contract.MetaInitLR, "1e300"), wantErr: []string{contract.MetaInitLR + `: must be at most 1e+06, got "1e300"`}},
+		"hex lr":                    {meta: base(contract.MetaInitLR, "0x10"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "0x10"`}},
+		"hex float lr":              {meta: base(contract.MetaInitLR, "0x1p-3"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "0x1p-3"`}},
+		"empty lr":                  {meta: base(contract.MetaInitLR, ""), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got ""`}},
+		"comma decimal lr":          {meta: base(contract.MetaInitLR, "0,1"), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "0,1"`}},
+		"empty bool":                {meta: base(contract.MetaAccumulation, ""), wantErr: []string{contract.MetaAccumulation + `: want true or false, got ""`}},
+		"yes bool":                  {meta: base(contract.MetaAccumulation, "yes"), wantErr: []string{contract.MetaAccumulation + `: want true or false, got "yes"`}},
+		"unknown rule":              {meta: base(contract.MetaLRScaling, "cosine"), wantErr: []string{contract.MetaLRScaling + `: want adascale, linear, sqrt or none, got "cosine"`}},
+		"rule in capitals":          {meta: base(contract.MetaLRScaling, "AdaScale"), wantErr: []string{contract.MetaLRScaling + `: want adascale, linear, sqrt or none, got "AdaScale"`}},
+		"max batch below m0":        {meta: base(contract.MetaMaxBatchSize, "64"), wantErr: []string{contract.MetaMaxBatchSize + ": 64 is below " + contract.MetaInitBatchSize + " 128"}},
+		"local max below local min": {meta: base(contract.MetaLocalBszMin, "64", contract.MetaLocalBszMax, "32"), wantErr: []string{contract.MetaLocalBszMax + ": 32 is below " + contract.MetaLocalBszMin + " 64"}},
+		"local min above default local max": {meta: base(contract.MetaLocalBszMin, "256", contract.MetaMaxBatchSize, "4096"),
+			wantErr: []string{contract.MetaLocalBszMax + ": 128 is below " + contract.MetaLocalBszMin + " 256"}},
+		"local min above max batch": {meta: base(contract.MetaLocalBszMin, "256", contract.MetaLocalBszMax, "512"),
+			wantErr: []string{contract.MetaLocalBszMin + ": 256 is above the largest batch size 128"}},
+		"max gpus below min gpus": {meta: base(contract.MetaMinGPUs, "8", contract.MetaMaxGPUs, "4"), wantErr: []string{contract.MetaMaxGPUs + ": 4 is below " + contract.MetaMinGPUs + " 8"}},
+		"min gpus cannot fit the largest batch": {meta: base(contract.MetaMinGPUs, "8", contract.MetaLocalBszMin, "32"),
+			wantErr: []string{contract.MetaMinGPUs + ": 8 GPUs of at least " + contract.MetaLocalBszMin + " 32 exceed the largest batch size 128"}},
+		"1 MiB batch size": {meta: base(contract.MetaInitBatchSize, mib), wantErr: []string{contract.MetaInitBatchSize + `: must be in [1, 16777216], got "7777777777777777777777777777777777777777..."`}},
+		"1 MiB lr":         {meta: base(contract.MetaInitLR, mib), wantErr: []string{contract.MetaInitLR + `: must be a positive finite number, got "7777777777777777777777777777777777777777..."`}},
+		"1 MiB rule":       {meta: base(contract.MetaLRScaling, strings.Repeat("z", 1<<20)), wantErr: []string{contract.MetaLRScaling + `: want adascale, linear, sqrt or none, got "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz..."`}},
+		"1 MiB bool":       {meta: base(contract.MetaAccumulation, strings.Repeat("y", 1<<20)), wantErr: []string{contract.MetaAccumulation + `: want true or false, got "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy..."`}},
+		"long unicode value cut at a rune boundary": {meta: base(contract.MetaInitBatchSize, strings.Repeat("é", 1000)),
+			wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "` + strings.Repeat("é", 20) + `..."`}},
 		"every key bad at once": {
-			meta: base(MetaInitBatchSize, "x", MetaInitLR, "x", MetaMaxBatchSize, "x", MetaLocalBszMin, "x", MetaLocalBszMax, "x",
-				MetaAccumulation, "x", MetaLRScaling, "x", MetaMinGPUs, "x", MetaMaxGPUs, "x"),
-			wantErr: []string{MetaInitBatchSize, MetaInitLR, MetaMaxBatchSize, MetaLocalBszMin, MetaLocalBszMax, MetaAccumulation, MetaLRScaling, MetaMinGPUs, MetaMaxGPUs},
+			meta: base(contract.MetaInitBatchSize, "x", contract.MetaInitLR, "x", contract.MetaMaxBatchSize, "x", contract.MetaLocalBszMin, "x", contract.MetaLocalBszMax, "x",
+				contract.MetaAccumulation, "x", contract.MetaLRScaling, "x", contract.MetaMinGPUs, "x", contract.MetaMaxGPUs, "x"),
+			wantErr: []string{contract.MetaInitBatchSize, contract.MetaInitLR, contract.MetaMaxBatchSize, contract.MetaLocalBszMin, contract.MetaLocalBszMax, contract.MetaAccumulation, contract.MetaLRScaling, contract.MetaMinGPUs, contract.MetaMaxGPUs},
 		},
-		"surrounding white space is accepted": {meta: base(MetaInitBatchSize, " 128\n", MetaInitLR, "\t0.1 ", MetaLRScaling, " sqrt ", MetaAccumulation, " false")},
-		"largest values are accepted": {meta: base(MetaInitBatchSize, "16777216", MetaInitLR, "1e6", MetaMaxBatchSize, "16777216",
-			MetaLocalBszMax, "16777216", MetaMinGPUs, "16777216", MetaMaxGPUs, "16777216")},
-		"tiny lr is accepted":            {meta: base(MetaInitLR, "1e-300")},
-		"explicit empty rule is default": {meta: base(MetaLRScaling, "")},
+		"surrounding white space is accepted": {meta: base(contract.MetaInitBatchSize, " 128\n", contract.MetaInitLR, "\t0.1 ", contract.MetaLRScaling, " sqrt ", contract.MetaAccumulation, " false")},
+		"largest values are accepted": {meta: base(contract.MetaInitBatchSize, "16777216", contract.MetaInitLR, "1e6", contract.MetaMaxBatchSize, "16777216",
+			contract.MetaLocalBszMax, "16777216", contract.MetaMinGPUs, "16777216", contract.MetaMaxGPUs, "16777216")},
+		"tiny lr is accepted":            {meta: base(contract.MetaInitLR, "1e-300")},
+		"explicit empty rule is default": {meta: base(contract.MetaLRScaling, "")},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -160,9 +161,9 @@ func TestParseSpecHostile(t *testing.T) {
 // the hardening changes nothing for jobs that were already accepted.
 func TestParseSpecValidUnchanged(t *testing.T) {
 	got, err := ParseSpec(map[string]string{
-		MetaEnabled: "true", MetaInitBatchSize: " 128", MetaInitLR: "1E-1", MetaMaxBatchSize: "4096",
-		MetaLocalBszMin: "+32", MetaLocalBszMax: "0512", MetaAccumulation: "T", MetaLRScaling: "linear",
-		MetaMinGPUs: "2", MetaMaxGPUs: "64", "pollux_unrelated": "ignored",
+		contract.MetaEnabled: "true", contract.MetaInitBatchSize: " 128", contract.MetaInitLR: "1E-1", contract.MetaMaxBatchSize: "4096",
+		contract.MetaLocalBszMin: "+32", contract.MetaLocalBszMax: "0512", contract.MetaAccumulation: "T", contract.MetaLRScaling: "linear",
+		contract.MetaMinGPUs: "2", contract.MetaMaxGPUs: "64", "pollux_unrelated": "ignored",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func FuzzParseSpec(f *testing.F) {
 	f.Add(all, strings.Repeat("9", 4096), strings.Repeat("é", 2048), "１２８", "\x00", "\xff\xfe", "\u00a0true", "sqrt\n", "1e3", "+1")
 	f.Fuzz(func(t *testing.T, present uint16, initBatch, initLR, maxBatch, localMin, localMax, accum, rule, minGPUs, maxGPUs string) {
 		values := []string{initBatch, initLR, maxBatch, localMin, localMax, accum, rule, minGPUs, maxGPUs}
-		meta := map[string]string{MetaEnabled: "true"}
+		meta := map[string]string{contract.MetaEnabled: "true"}
 		for i, k := range specKeys {
 			if present&(1<<i) != 0 {
 				meta[k] = values[i]
@@ -202,7 +203,7 @@ func FuzzParseSpec(f *testing.F) {
 		}
 		checkSpec(t, s)
 		if present&3 != 3 {
-			t.Errorf("accepted meta without %s or %s: %+v", MetaInitBatchSize, MetaInitLR, s)
+			t.Errorf("accepted meta without %s or %s: %+v", contract.MetaInitBatchSize, contract.MetaInitLR, s)
 		}
 	})
 }

@@ -7,12 +7,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 )
 
 func TestParseSpec(t *testing.T) {
 	base := func(kv ...string) map[string]string {
-		m := map[string]string{MetaEnabled: "true", MetaInitBatchSize: "128", MetaInitLR: "0.1"}
+		m := map[string]string{contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1"}
 		for i := 0; i+1 < len(kv); i += 2 {
 			if kv[i+1] == "<delete>" {
 				delete(m, kv[i])
@@ -32,21 +33,21 @@ func TestParseSpec(t *testing.T) {
 			want: Spec{InitBatchSize: 128, InitLR: 0.1, MaxBatchSize: 128, LocalBszMin: 1, LocalBszMax: 128, Accumulation: true, LRScaling: model.AdaScale, MinGPUs: 1},
 		},
 		"all keys": {
-			meta: base(MetaMaxBatchSize, "4096", MetaLocalBszMin, "32", MetaLocalBszMax, "512", MetaAccumulation, "false",
-				MetaLRScaling, "sqrt", MetaMinGPUs, "2", MetaMaxGPUs, "16"),
+			meta: base(contract.MetaMaxBatchSize, "4096", contract.MetaLocalBszMin, "32", contract.MetaLocalBszMax, "512", contract.MetaAccumulation, "false",
+				contract.MetaLRScaling, "sqrt", contract.MetaMinGPUs, "2", contract.MetaMaxGPUs, "16"),
 			want: Spec{InitBatchSize: 128, InitLR: 0.1, MaxBatchSize: 4096, LocalBszMin: 32, LocalBszMax: 512, Accumulation: false, LRScaling: model.Sqrt, MinGPUs: 2, MaxGPUs: 16},
 		},
-		"missing required":     {meta: base(MetaInitBatchSize, "<delete>", MetaInitLR, "<delete>"), wantErr: []string{MetaInitBatchSize + ": required", MetaInitLR + ": required"}},
-		"not a number":         {meta: base(MetaInitBatchSize, "lots"), wantErr: []string{MetaInitBatchSize + `: not an integer: "lots"`}},
-		"negative":             {meta: base(MetaMaxGPUs, "-4"), wantErr: []string{MetaMaxGPUs + ": must be in"}},
-		"huge":                 {meta: base(MetaMaxBatchSize, "99999999999"), wantErr: []string{MetaMaxBatchSize}},
-		"nan lr":               {meta: base(MetaInitLR, "NaN"), wantErr: []string{MetaInitLR + ": must be a positive finite number"}},
-		"min above max":        {meta: base(MetaMinGPUs, "8", MetaMaxGPUs, "4"), wantErr: []string{MetaMaxGPUs + ": 4 is below " + MetaMinGPUs}},
-		"max batch below m0":   {meta: base(MetaMaxBatchSize, "64"), wantErr: []string{MetaMaxBatchSize + ": 64 is below"}},
-		"unknown scaling":      {meta: base(MetaLRScaling, "cosine"), wantErr: []string{MetaLRScaling}},
-		"bad bool":             {meta: base(MetaAccumulation, "maybe"), wantErr: []string{MetaAccumulation + `: want true or false, got "maybe"`}},
-		"local bounds flipped": {meta: base(MetaLocalBszMin, "64", MetaLocalBszMax, "32"), wantErr: []string{MetaLocalBszMax + ": 32 is below"}},
-		"very long value":      {meta: base(MetaInitBatchSize, strings.Repeat("9x", 5000)), wantErr: []string{"..."}},
+		"missing required":     {meta: base(contract.MetaInitBatchSize, "<delete>", contract.MetaInitLR, "<delete>"), wantErr: []string{contract.MetaInitBatchSize + ": required", contract.MetaInitLR + ": required"}},
+		"not a number":         {meta: base(contract.MetaInitBatchSize, "lots"), wantErr: []string{contract.MetaInitBatchSize + `: not an integer: "lots"`}},
+		"negative":             {meta: base(contract.MetaMaxGPUs, "-4"), wantErr: []string{contract.MetaMaxGPUs + ": must be in"}},
+		"huge":                 {meta: base(contract.MetaMaxBatchSize, "99999999999"), wantErr: []string{contract.MetaMaxBatchSize}},
+		"nan lr":               {meta: base(contract.MetaInitLR, "NaN"), wantErr: []string{contract.MetaInitLR + ": must be a positive finite number"}},
+		"min above max":        {meta: base(contract.MetaMinGPUs, "8", contract.MetaMaxGPUs, "4"), wantErr: []string{contract.MetaMaxGPUs + ": 4 is below " + contract.MetaMinGPUs}},
+		"max batch below m0":   {meta: base(contract.MetaMaxBatchSize, "64"), wantErr: []string{contract.MetaMaxBatchSize + ": 64 is below"}},
+		"unknown scaling":      {meta: base(contract.MetaLRScaling, "cosine"), wantErr: []string{contract.MetaLRScaling}},
+		"bad bool":             {meta: base(contract.MetaAccumulation, "maybe"), wantErr: []string{contract.MetaAccumulation + `: want true or false, got "maybe"`}},
+		"local bounds flipped": {meta: base(contract.MetaLocalBszMin, "64", contract.MetaLocalBszMax, "32"), wantErr: []string{contract.MetaLocalBszMax + ": 32 is below"}},
+		"very long value":      {meta: base(contract.MetaInitBatchSize, strings.Repeat("9x", 5000)), wantErr: []string{"..."}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -100,7 +101,7 @@ func TestDecideConsistency(t *testing.T) {
 				if f == nil && d.LocalBsz > spec.LocalBszMax {
 					t.Errorf("micro-batch %d above %d", d.LocalBsz, spec.LocalBszMax)
 				}
-				if d.NumNodes != len(p) || d.Round != 7 || d.Placement != FormatPlacement(p) {
+				if d.NumNodes != len(p) || d.Round != 7 || d.Placement != contract.FormatPlacement(p) {
 					t.Errorf("decision %+v does not describe placement %v", d, p)
 				}
 				if d.LR <= 0 {

@@ -1,38 +1,8 @@
-// Package metrics owns the metrics document that a job's rank-0 worker
-// writes to Consul KV for the controller (contracts.md §3): its Go type,
-// a strict parser and validator, its canonical encoding, and its
-// conversion into the inputs of the goodput model (model.ProfilePoint and
-// model.GradParams).
-//
-// # Canonical encoding
-//
-// Marshal produces the one byte sequence that every reporter, in Go or in
-// Python, must produce for the same document:
-//
-//   - a single JSON object without any whitespace and without a trailing
-//     newline;
-//   - the top-level fields in the order version, timestamp, batch_size,
-//     progress, grad_sqr, grad_var, profile, and the profile entries'
-//     fields in the order num_nodes, num_replicas, local_bsz, accum_steps,
-//     compute_time, step_time, sync_time, count, all of them always
-//     present;
-//   - the profile sorted by (num_nodes, num_replicas, local_bsz,
-//     accum_steps), ascending, each such key at most once;
-//   - timestamp in UTC as RFC 3339 with "Z", with fractional seconds only
-//     when they are not zero and without trailing zeros
-//     ("2026-12-02T13:00:00Z", "2026-12-02T13:00:00.25Z");
-//   - integer fields as plain decimal integers; number fields as the
-//     shortest decimal that reads back to the same float64, in plain
-//     notation when 1e−6 ≤ |x| < 1e21 (an integral value without a
-//     fraction: 1024, not 1024.0) and in exponent notation otherwise, with
-//     the exponent's sign and no leading zeros (1e-7, 1.5e+21); zero as 0.
-//     This is ECMAScript's Number-to-string conversion (JavaScript's
-//     JSON.stringify), and what Go's encoding/json does for float64.
-//
-// Python's json.dumps does not follow the last rule (it writes 1024.0 and
-// 1e-07, even for float subclasses), so a Python reporter must write its
-// numbers by these rules itself; json.dumps(..., separators=(",", ":"))
-// gives the rest.
+// Package metrics turns a worker's metrics document (contract.Metrics,
+// docs/contracts.md §3) into the inputs of the goodput model:
+// model.ProfilePoint observations for the throughput fit and
+// model.GradParams for the efficiency model. The document itself (type,
+// parser, validation, canonical encoding) is the contract package's.
 //
 // The package is pure: no I/O, no clock.
 package metrics

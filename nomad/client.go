@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -24,7 +25,7 @@ import (
 var ErrNotManaged = errors.New("job is not tagged pollux_enabled = \"true\"")
 
 // taggedFilter is the server-side filter for Pollux jobs.
-const taggedFilter = `Meta.` + MetaEnabled + ` == "true"`
+const taggedFilter = `Meta.` + contract.MetaEnabled + ` == "true"`
 
 // Config configures a Client. The zero value is not valid: Device is
 // required.
@@ -167,7 +168,7 @@ func (c *Client) info(ctx context.Context, ref jobs.JobRef) (*api.Job, error) {
 	job, _, err := c.api.Jobs().Info(ref.ID, c.query(ctx, namespace(ref)))
 	if err != nil {
 		if isNotFound(err) {
-			return nil, fmt.Errorf("failed to read job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+			return nil, fmt.Errorf("failed to read job %s: %w", ref, errors.Join(contract.ErrNotFound, err))
 		}
 		return nil, fmt.Errorf("failed to read job %s: %w", ref, Classify(err, "reading job "+ref.String(), NeedNamespace("read-job", namespace(ref))))
 	}
@@ -180,7 +181,7 @@ func (c *Client) info(ctx context.Context, ref jobs.JobRef) (*api.Job, error) {
 // ReadJob reads one job: its meta, index and status, the placement its spec
 // asks for and what runs (see the package documentation). A job that cannot
 // be managed is returned with Problem set, not as an error; a job that does
-// not exist gives an error wrapping jobs.ErrNotFound.
+// not exist gives an error wrapping contract.ErrNotFound.
 func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
 	ctx, cancel := c.bounded(ctx, 0)
 	defer cancel()
@@ -204,13 +205,13 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 	}
 	g, problem := workerGroup(job, c.dev)
 	switch {
-	case job.Meta[MetaEnabled] != "true":
+	case job.Meta[contract.MetaEnabled] != "true":
 		j.Problem = ErrNotManaged.Error()
 	case problem != "":
 		j.Problem = problem
 	default:
 		j.Placement = specPlacement(job, g, c.dev)
-		j.Unshaped = len(j.Placement) == 0 && g.Meta[MetaNode] == "" && count(g) >= 1
+		j.Unshaped = len(j.Placement) == 0 && g.Meta[contract.MetaNode] == "" && count(g) >= 1
 	}
 	if j.Running, err = c.running(ctx, ref, job); err != nil {
 		return jobs.Job{}, err
@@ -229,18 +230,18 @@ func deref[T any](p *T) T {
 // submitTime is the job's first submission: the pollux_submit_time meta key
 // if Apply wrote one, else the oldest version Nomad keeps.
 func (c *Client) submitTime(ctx context.Context, ref jobs.JobRef, job *api.Job) (time.Time, error) {
-	if s, ok := job.Meta[MetaSubmitTime]; ok {
+	if s, ok := job.Meta[contract.MetaSubmitTime]; ok {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			return t, nil
 		}
-		c.log.Warn("ignoring malformed meta key", "job_id", ref.String(), "key", MetaSubmitTime, "value", s)
+		c.log.Warn("ignoring malformed meta key", "job_id", ref.String(), "key", contract.MetaSubmitTime, "value", s)
 	}
 	first := deref(job.SubmitTime)
 	if deref(job.Version) > 0 {
 		versions, _, _, err := c.api.Jobs().Versions(ref.ID, false, c.query(ctx, ref.Namespace))
 		if err != nil {
 			if isNotFound(err) {
-				return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+				return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, errors.Join(contract.ErrNotFound, err))
 			}
 			return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, Classify(err, "reading versions of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 		}
@@ -454,8 +455,8 @@ func (c *Client) taggedJobs(ctx context.Context) (map[jobs.JobRef]bool, error) {
 // the placement (see the package documentation) and the change's meta keys,
 // registered with check-and-set on c.JobModifyIndex. It returns the job's
 // new JobModifyIndex. If the job changed since it was read, the error wraps
-// jobs.ErrConflict and nothing is written; a missing job gives
-// jobs.ErrNotFound, an untagged one ErrNotManaged.
+// contract.ErrConflict and nothing is written; a missing job gives
+// contract.ErrNotFound, an untagged one ErrNotManaged.
 func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	ctx, cancel := c.bounded(ctx, 0)
 	defer cancel()
@@ -466,7 +467,7 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("failed to apply change: %w", err)
 	}
-	if job.Meta[MetaEnabled] != "true" {
+	if job.Meta[contract.MetaEnabled] != "true" {
 		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, ErrNotManaged)
 	}
 	if !c.managed(ref.Namespace) {
@@ -475,24 +476,24 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	if got := *job.JobModifyIndex; got != ch.JobModifyIndex {
 		log.Info("job changed since it was read; not applying", "read_index", ch.JobModifyIndex, "job_modify_index", got)
 		return 0, fmt.Errorf("failed to apply change to job %s: job modify index is %d, change was read at %d: %w",
-			ref, got, ch.JobModifyIndex, jobs.ErrConflict)
+			ref, got, ch.JobModifyIndex, contract.ErrConflict)
 	}
 	g, problem := workerGroup(job, c.dev)
 	if problem != "" {
 		return 0, fmt.Errorf("failed to apply change to job %s: %s", ref, problem)
 	}
-	if _, ok := job.Meta[MetaSubmitTime]; !ok {
+	if _, ok := job.Meta[contract.MetaSubmitTime]; !ok {
 		first, err := c.submitTime(ctx, ref, job)
 		if err != nil {
 			return 0, fmt.Errorf("failed to apply change: %w", err)
 		}
-		job.Meta[MetaSubmitTime] = first.Format(time.RFC3339Nano)
+		job.Meta[contract.MetaSubmitTime] = first.Format(time.RFC3339Nano)
 	}
 	if err := reshape(job, g, ch.Placement, c.dev); err != nil {
 		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, err)
 	}
 	maps.Copy(job.Meta, ch.Meta)
-	job.Meta[MetaEnabled] = "true"
+	job.Meta[contract.MetaEnabled] = "true"
 
 	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: ch.JobModifyIndex}
 	w := (&api.WriteOptions{Namespace: ref.Namespace}).WithContext(ctx)
@@ -500,10 +501,10 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	if err != nil {
 		if isConflict(err) {
 			log.Info("job changed since it was read; not applied", "read_index", ch.JobModifyIndex)
-			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(jobs.ErrConflict, err))
+			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(contract.ErrConflict, err))
 		}
 		if isNotFound(err) {
-			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+			return 0, fmt.Errorf("failed to register job %s: %w", ref, errors.Join(contract.ErrNotFound, err))
 		}
 		return 0, fmt.Errorf("failed to register job %s: %w", ref, Classify(err, "registering job "+ref.String(), NeedNamespace("submit-job", ref.Namespace)))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/nomad/nomadtest"
@@ -251,10 +252,10 @@ func TestReadJobProblems(t *testing.T) {
 
 	t.Run("missing job", func(t *testing.T) {
 		missing := ref(nomadtest.ID("missing"))
-		if _, err := c.ReadJob(ctx, missing); !errors.Is(err, jobs.ErrNotFound) {
+		if _, err := c.ReadJob(ctx, missing); !errors.Is(err, contract.ErrNotFound) {
 			t.Errorf("ReadJob(missing) error = %v, want ErrNotFound", err)
 		}
-		if _, err := c.Apply(ctx, jobs.Change{Job: missing, JobModifyIndex: 1}); !errors.Is(err, jobs.ErrNotFound) {
+		if _, err := c.Apply(ctx, jobs.Change{Job: missing, JobModifyIndex: 1}); !errors.Is(err, contract.ErrNotFound) {
 			t.Errorf("Apply(missing) error = %v, want ErrNotFound", err)
 		}
 	})
@@ -473,7 +474,7 @@ func TestApplyConflict(t *testing.T) {
 
 	t.Run("stale index", func(t *testing.T) {
 		change.JobModifyIndex = read.JobModifyIndex - 1
-		if _, err := c.Apply(ctx, change); !errors.Is(err, jobs.ErrConflict) {
+		if _, err := c.Apply(ctx, change); !errors.Is(err, contract.ErrConflict) {
 			t.Fatalf("Apply with a stale index: error %v, want ErrConflict", err)
 		}
 		after, err := c.ReadJob(ctx, r)
@@ -497,7 +498,7 @@ func TestApplyConflict(t *testing.T) {
 			t.Fatal(err)
 		}
 		change.JobModifyIndex = read.JobModifyIndex
-		if _, err := c.Apply(ctx, change); !errors.Is(err, jobs.ErrConflict) {
+		if _, err := c.Apply(ctx, change); !errors.Is(err, contract.ErrConflict) {
 			t.Fatalf("Apply after an operator's edit: error %v, want ErrConflict", err)
 		}
 		info, _, err = raw.Jobs().Info(id, nil)

@@ -47,12 +47,12 @@
 // # How it writes
 //
 // Apply reads the job fresh, refuses if its JobModifyIndex is not the one
-// the change was decided on (jobs.ErrConflict, nothing written), rewrites the
+// the change was decided on (contract.ErrConflict, nothing written), rewrites the
 // groups as above, sets the change's meta keys (other meta keys are kept) and
 // registers the job with EnforceIndex on that JobModifyIndex, so an
 // operator's edit made between the read and the write is never overwritten:
 // the server answers "conflicting job modify index" and Apply returns
-// jobs.ErrConflict. It never touches a job without pollux_enabled = "true"
+// contract.ErrConflict. It never touches a job without pollux_enabled = "true"
 // (ErrNotManaged).
 //
 // Apply also records the job's first submission time in the meta key

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/nomad"
 )
 
@@ -64,7 +64,7 @@ func TestClassify(t *testing.T) {
 			if got := errors.As(err, &ae); got != tc.wantAccess {
 				t.Fatalf("AccessError %v, want %v: %v", got, tc.wantAccess, err)
 			}
-			if got := errors.Is(err, jobs.ErrPermissionDenied); got != tc.wantDenied {
+			if got := errors.Is(err, contract.ErrPermissionDenied); got != tc.wantDenied {
 				t.Errorf("errors.Is(ErrPermissionDenied) = %v, want %v: %v", got, tc.wantDenied, err)
 			}
 			if !tc.wantAccess && err.Error() != raw.Error() {

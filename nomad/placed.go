@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
@@ -39,7 +40,7 @@ func (c *Client) Placed(ctx context.Context, ref jobs.JobRef, sinceIndex uint64)
 		all, qm, err := c.api.Jobs().Evaluations(ref.ID, q)
 		if err != nil {
 			if isNotFound(err) {
-				return false, "", fmt.Errorf("failed to list evaluations of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+				return false, "", fmt.Errorf("failed to list evaluations of job %s: %w", ref, errors.Join(contract.ErrNotFound, err))
 			}
 			return false, "", fmt.Errorf("failed to list evaluations of job %s: %w", ref, Classify(err, "listing evaluations of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 		}
@@ -85,7 +86,7 @@ func (c *Client) Placed(ctx context.Context, ref jobs.JobRef, sinceIndex uint64)
 	sum, _, err := c.api.Jobs().Summary(ref.ID, c.query(ctx, ref.Namespace))
 	if err != nil {
 		if isNotFound(err) {
-			return false, "", fmt.Errorf("failed to read summary of job %s: %w", ref, errors.Join(jobs.ErrNotFound, err))
+			return false, "", fmt.Errorf("failed to read summary of job %s: %w", ref, errors.Join(contract.ErrNotFound, err))
 		}
 		return false, "", fmt.Errorf("failed to read summary of job %s: %w", ref, Classify(err, "reading summary of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 	}

@@ -9,24 +9,11 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
-// Meta keys the adapter reads and writes.
 const (
-	// MetaEnabled opts a job in (job meta, written by the author).
-	MetaEnabled = "pollux_enabled"
-	// MetaGroup names the worker group (job meta, written by the author).
-	MetaGroup = "pollux_group"
-	// MetaRank is a per-node group's rank (group meta, written by Apply).
-	MetaRank = "pollux_rank"
-	// MetaNode is the node ID a per-node group is pinned to (group meta,
-	// written by Apply).
-	MetaNode = "pollux_node"
-	// MetaSubmitTime is the job's first submission time, RFC 3339 (job
-	// meta, written once by Apply).
-	MetaSubmitTime = "pollux_submit_time"
-
 	// nodeIDTarget is the attribute a per-node group is pinned with.
 	nodeIDTarget = "${node.unique.id}"
 )
@@ -91,7 +78,7 @@ func rankGroupName(base string, r int) string { return base + "-r" + strconv.Ito
 
 // groupRank returns a group's pollux_rank meta, if it has a valid one.
 func groupRank(g *api.TaskGroup) (int, bool) {
-	v, ok := g.Meta[MetaRank]
+	v, ok := g.Meta[contract.MetaRank]
 	if !ok {
 		return 0, false
 	}
@@ -127,10 +114,10 @@ func count(g *api.TaskGroup) int {
 // managed.
 func workerGroup(job *api.Job, dev device) (*api.TaskGroup, string) {
 	var g *api.TaskGroup
-	if want := job.Meta[MetaGroup]; want != "" {
+	if want := job.Meta[contract.MetaGroup]; want != "" {
 		g = job.LookupTaskGroup(want)
 		if g == nil {
-			return nil, fmt.Sprintf("group %q named by %s does not exist", want, MetaGroup)
+			return nil, fmt.Sprintf("group %q named by %s does not exist", want, contract.MetaGroup)
 		}
 	} else {
 		// Candidates: every group that is not the adapter's copy of another.
@@ -160,7 +147,7 @@ func workerGroup(job *api.Job, dev device) (*api.TaskGroup, string) {
 				}
 			}
 			if len(marked) != 1 {
-				return nil, fmt.Sprintf("job has %d task groups and no %s meta key naming the worker group", len(cands), MetaGroup)
+				return nil, fmt.Sprintf("job has %d task groups and no %s meta key naming the worker group", len(cands), contract.MetaGroup)
 			}
 			g = marked[0]
 		}
@@ -229,7 +216,7 @@ func specPlacement(job *api.Job, g *api.TaskGroup, dev device) []jobs.NodeGPUs {
 		if tg != g && !isRankGroup(tg, groupName(g)) {
 			continue
 		}
-		node := tg.Meta[MetaNode]
+		node := tg.Meta[contract.MetaNode]
 		r, ok := groupRank(tg)
 		if node == "" || !ok || count(tg) < 1 {
 			continue
@@ -273,12 +260,12 @@ func reshape(job *api.Job, g *api.TaskGroup, p []jobs.NodeGPUs, dev device) erro
 	if g.Meta == nil {
 		g.Meta = map[string]string{}
 	}
-	g.Meta[MetaRank] = "0"
+	g.Meta[contract.MetaRank] = "0"
 	unpin(g)
 	if len(p) == 0 {
 		zero := 0
 		g.Count = &zero
-		delete(g.Meta, MetaNode)
+		delete(g.Meta, contract.MetaNode)
 		job.TaskGroups = groups
 		return nil
 	}
@@ -299,8 +286,8 @@ func reshape(job *api.Job, g *api.TaskGroup, p []jobs.NodeGPUs, dev device) erro
 		tg.Count = &one
 		tg.Constraints = append(tg.Constraints, api.NewConstraint(nodeIDTarget, "=", ng.Node))
 		setDeviceCount(tg, dev, ng.GPUs)
-		tg.Meta[MetaRank] = strconv.Itoa(r)
-		tg.Meta[MetaNode] = ng.Node
+		tg.Meta[contract.MetaRank] = strconv.Itoa(r)
+		tg.Meta[contract.MetaNode] = ng.Node
 	}
 	job.TaskGroups = slices.Concat(groups[:at], copies, groups[at:])
 	return nil

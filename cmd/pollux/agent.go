@@ -7,16 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
 )
@@ -113,21 +111,22 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	// The access check (access.go) gates the agent and feeds /healthz.
-	acc := &accessCheck{cluster: s.cluster, nomadAPI: s.nomad, kv: s.kv, consulAPI: s.consul, submit: !s.cfg.DryRun, log: s.log.Named("access")}
+	// The access check gates the agent and feeds /healthz.
+	ao := jobs.AccessOptions{Cluster: s.cluster, KV: s.kv, Session: s.kv, NomadTokenSet: os.Getenv("NOMAD_TOKEN") != "", Logger: s.log}
+	if !s.cfg.DryRun {
+		ao.Submit = s.cluster // dry-run never writes a job
+	}
+	acc := jobs.NewAccessCheck(ao)
 	if f.httpAddr != "" {
-		ln, err := net.Listen("tcp", f.httpAddr)
+		addr, err := jobs.Serve(ctx, f.httpAddr, jobs.Handler(tel, acc), s.log)
 		if err != nil {
-			return fmt.Errorf("failed to listen on %s: %w", f.httpAddr, err)
+			return err
 		}
-		srv := &http.Server{Handler: httpHandler(tel, acc), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		s.log.Info("serving health and metrics", "addr", ln.Addr().String())
+		s.log.Info("serving health and metrics", "addr", addr.String())
 	}
 	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
 	ready := make(chan struct{})
-	go acc.run(ctx, ready)
+	go acc.Run(ctx, ready)
 	select {
 	case <-ready:
 	case <-ctx.Done():
@@ -136,23 +135,6 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return jobs.RunAgent(ctx, jobs.AgentOptions{
 		Controller: ctrl, Leadership: leader, KV: s.kv, Logger: s.log, Base: s.cfg, Telemetry: tel,
 	})
-}
-
-// httpHandler serves /healthz (503 with the reasons while the access
-// check finds problems) and Prometheus /metrics.
-func httpHandler(tel *jobs.Telemetry, acc *accessCheck) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		code, body := acc.health()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(code)
-		_, _ = io.WriteString(w, body)
-	})
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_ = tel.WritePrometheus(w)
-	})
-	return mux
 }
 
 // runPlan runs one round without writing anything and prints it.
@@ -170,7 +152,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	// Read the operator's configuration from Consul too.
-	if raw, _, err := s.kv.Get(ctx, jobs.ConfigKey); err == nil {
+	if raw, _, err := s.kv.Get(ctx, contract.ConfigKey); err == nil {
 		if merged, merr := s.cfg.MergeJSON(raw); merr == nil {
 			s.cfg = merged
 		} else {
@@ -203,8 +185,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	raw, _, err := s.kv.Get(ctx, "status")
-	if errors.Is(err, jobs.ErrNotFound) {
+	raw, _, err := s.kv.Get(ctx, contract.StatusKey)
+	if errors.Is(err, contract.ErrNotFound) {
 		return fmt.Errorf("no status under %sstatus: has an agent run a round yet?", s.cfg.KVPrefix)
 	}
 	if err != nil {

@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 // Error is a call a server refused for lack of ACL permission (HTTP 403;
-// errors.Is(err, jobs.ErrPermissionDenied) holds), or one that failed in
+// errors.Is(err, contract.ErrPermissionDenied) holds), or one that failed in
 // TLS. Its message names the server, the operation and what to change:
 // the ACL rule the token needs, or the variable to set.
 type Error struct {
@@ -43,8 +43,8 @@ func (e *Error) Error() string {
 // Unwrap returns the API's error.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes a permission error match jobs.ErrPermissionDenied.
-func (e *Error) Is(target error) bool { return e.Denied && target == jobs.ErrPermissionDenied }
+// Is makes a permission error match contract.ErrPermissionDenied.
+func (e *Error) Is(target error) bool { return e.Denied && target == contract.ErrPermissionDenied }
 
 // TLSKind is a kind of TLS failure.
 type TLSKind int

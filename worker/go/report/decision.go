@@ -3,26 +3,22 @@ package report
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
-// Decision is the controller's choice for the job (contracts.md §2, the
+// Decision is the controller's choice for the job (docs/contracts.md §2, the
 // decision key): batch size, micro-batch, accumulation steps and learning
 // rate for the job's current allocation, which a worker adopts without a
 // restart, and the allocation itself.
-type Decision = jobs.Decision
+type Decision = contract.Decision
 
 // Allocation is the allocation a worker was started with: the
-// controller's meta keys (contracts.md §1), the same fields as a Decision.
-type Allocation = jobs.Decision
+// controller's meta keys (docs/contracts.md §1), the same fields as a Decision.
+type Allocation = contract.Decision
 
 // Allocation reads the allocation the worker was started with from the
 // environment Nomad sets from the job's meta: NOMAD_META_pollux_batch_size,
@@ -31,44 +27,10 @@ type Allocation = jobs.Decision
 // controller has not allocated yet has none); a malformed one is an error
 // naming the variable, and all of them are reported at once.
 func (r *Reporter) Allocation() (Allocation, error) {
-	var a Allocation
-	var errs []error
-	count := func(key string, dst *int) {
-		name := "NOMAD_META_" + key
-		raw, ok := os.LookupEnv(name)
-		if !ok {
-			return
-		}
-		v, err := strconv.Atoi(strings.TrimSpace(raw))
-		if err != nil || v < 0 {
-			errs = append(errs, fmt.Errorf("%s: must be a non-negative integer, got %q", name, raw))
-			return
-		}
-		*dst = v
-	}
-	count(jobs.MetaBatchSize, &a.BatchSize)
-	count(jobs.MetaLocalBsz, &a.LocalBsz)
-	count(jobs.MetaAccumSteps, &a.AccumSteps)
-	count(jobs.MetaNumReplicas, &a.NumReplicas)
-	count(jobs.MetaNumNodes, &a.NumNodes)
-	if raw, ok := os.LookupEnv("NOMAD_META_" + jobs.MetaLR); ok {
-		v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			errs = append(errs, fmt.Errorf("NOMAD_META_%s: must be a finite non-negative number, got %q", jobs.MetaLR, raw))
-		} else {
-			a.LR = v
-		}
-	}
-	a.Placement = strings.TrimSpace(os.Getenv("NOMAD_META_" + jobs.MetaPlacement))
-	if raw, ok := os.LookupEnv("NOMAD_META_" + jobs.MetaRound); ok {
-		v, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
-		if err != nil || v < 0 {
-			errs = append(errs, fmt.Errorf("NOMAD_META_%s: must be a non-negative integer, got %q", jobs.MetaRound, raw))
-		} else {
-			a.Round = v
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	a, err := contract.DecisionFromMeta(
+		func(key string) (string, bool) { return os.LookupEnv("NOMAD_META_" + key) },
+		func(key string) string { return "NOMAD_META_" + key })
+	if err != nil {
 		return Allocation{}, fmt.Errorf("failed to read allocation: %w", err)
 	}
 	return a, nil

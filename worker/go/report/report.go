@@ -15,13 +15,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/consul"
-	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/contract"
 )
 
 // Defaults of Config.
 const (
-	// DefaultPrefix is the KV prefix of contracts.md §2.
-	DefaultPrefix = consul.DefaultPrefix
+	// DefaultPrefix is the KV prefix of docs/contracts.md §2.
+	DefaultPrefix = contract.DefaultPrefix
 	// DefaultNamespace is Nomad's default namespace, used when neither
 	// Config.Namespace nor NOMAD_NAMESPACE is set.
 	DefaultNamespace = "default"
@@ -46,7 +46,7 @@ const (
 	EnvRank = "NOMAD_META_pollux_rank"
 	// EnvInitBatchSize is the job's initial batch size M0, the default of
 	// Config.InitBatchSize.
-	EnvInitBatchSize = "NOMAD_META_" + jobs.MetaInitBatchSize
+	EnvInitBatchSize = "NOMAD_META_" + contract.MetaInitBatchSize
 )
 
 // maxCASAttempts bounds the check-and-set attempts of one write.
@@ -232,8 +232,8 @@ func New(ctx context.Context, cfg Config) (*Reporter, error) {
 		cfg:     cfg,
 		kv:      cfg.Consul.KV(),
 		watch:   watch,
-		key:     cfg.Prefix + consul.JobKey(cfg.Namespace, cfg.JobID, consul.LeafMetrics),
-		dkey:    consul.JobKey(cfg.Namespace, cfg.JobID, consul.LeafDecision),
+		key:     cfg.Prefix + contract.MetricsKey(cfg.Namespace, cfg.JobID),
+		dkey:    contract.DecisionKey(cfg.Namespace, cfg.JobID),
 		log:     log,
 		acc:     newAccumulator(),
 		changed: make(chan struct{}, 1),

@@ -1,4 +1,4 @@
-package main
+package jobs
 
 import (
 	"context"
@@ -6,20 +6,15 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
-	nomadapi "github.com/hashicorp/nomad/api"
 
-	"github.com/pollux-nomad/pollux/consul"
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/internal/access"
-	"github.com/pollux-nomad/pollux/jobs"
-	"github.com/pollux-nomad/pollux/nomad"
 )
 
 // The access check: before the agent competes for leadership, and then
@@ -35,25 +30,45 @@ const (
 	accessRecheck    = time.Minute
 	accessMaxBackoff = 30 * time.Second
 	accessTimeout    = 30 * time.Second
-	// probeJobID is the job the submit-job probe registers. The probe
-	// cannot create it: it enforces a job modify index no job has, so a
-	// permitted register is refused by that check (made after the ACL
-	// check) and nothing is written.
-	probeJobID = "pollux-access-probe"
 	// maxProbedNamespaces bounds the namespaces one check probes.
 	maxProbedNamespaces = 16
 )
 
-// accessCheck probes the agent's access and serves the result to /healthz.
-type accessCheck struct {
-	cluster   *nomad.Client
-	nomadAPI  *nomadapi.Client
-	kv        *consul.Client
-	consulAPI *consulapi.Client
-	// submit also probes submit-job (not in dry-run, which never writes a
-	// job).
-	submit bool
-	log    hclog.Logger
+// SubmitProber is the part of the cluster the access check needs beyond
+// Cluster: whether the token may register jobs in a namespace, checked
+// without writing. nomad.Client implements it.
+type SubmitProber interface {
+	ProbeSubmit(ctx context.Context, namespace string) error
+}
+
+// SessionProber is the part of the KV store the access check needs beyond
+// KV: whether the token may create the leader lock's session. consul.Client
+// implements it.
+type SessionProber interface {
+	ProbeSession(ctx context.Context) error
+}
+
+// AccessOptions configure an AccessCheck.
+type AccessOptions struct {
+	Cluster Cluster
+	KV      KV
+	// Submit, if set, also probes registering jobs in the namespaces of
+	// the tagged jobs (not in dry-run, which never writes a job).
+	Submit SubmitProber
+	// Session, if set, probes the leader lock's session.
+	Session SessionProber
+	// NomadTokenSet tells whether NOMAD_TOKEN is set, so that a refusal
+	// can say that the anonymous policy applied.
+	NomadTokenSet bool
+	Logger        hclog.Logger
+}
+
+// AccessCheck probes the agent's access to Nomad and Consul and serves
+// the result to /healthz. Its zero value is not usable; a nil
+// *AccessCheck reports healthy.
+type AccessCheck struct {
+	o   AccessOptions
+	log hclog.Logger
 
 	mu       sync.Mutex
 	checked  bool
@@ -61,10 +76,19 @@ type accessCheck struct {
 	notes    []string // failures that are not access problems
 }
 
-// health returns the HTTP status and body /healthz serves: 200 "ok" once
+// NewAccessCheck returns an access check that has not run yet.
+func NewAccessCheck(o AccessOptions) *AccessCheck {
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &AccessCheck{o: o, log: log.Named("access")}
+}
+
+// Health returns the HTTP status and body /healthz serves: 200 "ok" once
 // a check found no access problem, 503 with the problems otherwise (also
 // before the first check ends).
-func (a *accessCheck) health() (int, string) {
+func (a *AccessCheck) Health() (int, string) {
 	if a == nil {
 		return http.StatusOK, "ok\n"
 	}
@@ -88,10 +112,10 @@ func (a *accessCheck) health() (int, string) {
 	return http.StatusOK, b.String()
 }
 
-// run checks until ctx ends: with backoff (1 s doubling to 30 s) while
+// Run checks until ctx ends: with backoff (1 s doubling to 30 s) while
 // there are access problems, then every accessRecheck. It closes ready
 // after the first check without access problems.
-func (a *accessCheck) run(ctx context.Context, ready chan<- struct{}) {
+func (a *AccessCheck) Run(ctx context.Context, ready chan<- struct{}) {
 	backoff := time.Second
 	ok := false
 	for ctx.Err() == nil {
@@ -135,18 +159,18 @@ func (a *accessCheck) run(ctx context.Context, ready chan<- struct{}) {
 
 // check makes the probes once and returns the access problems and the
 // other failures.
-func (a *accessCheck) check(ctx context.Context) (problems, notes []string) {
+func (a *AccessCheck) check(ctx context.Context) (problems, notes []string) {
 	ctx, cancel := context.WithTimeout(ctx, accessTimeout)
 	defer cancel()
 	record := func(err error) {
-		if err == nil || errors.Is(err, jobs.ErrNotFound) || errors.Is(err, jobs.ErrConflict) {
+		if err == nil || errors.Is(err, contract.ErrNotFound) || errors.Is(err, contract.ErrConflict) {
 			return
 		}
 		var ae *access.Error
 		switch {
 		case errors.As(err, &ae):
 			msg := ae.Error()
-			if ae.Denied && ae.Server == "nomad" && os.Getenv("NOMAD_TOKEN") == "" {
+			if ae.Denied && ae.Server == "nomad" && !a.o.NomadTokenSet {
 				msg += " [NOMAD_TOKEN is not set: the anonymous policy applies]"
 			}
 			problems = appendNew(problems, msg)
@@ -158,11 +182,11 @@ func (a *accessCheck) check(ctx context.Context) (problems, notes []string) {
 	// Nomad: what a round reads (jobs in every namespace, nodes, the
 	// allocations of every job), and registering in the namespaces of the
 	// tagged jobs.
-	refs, _, err := a.cluster.ListJobs(ctx, 0, 0)
+	refs, _, err := a.o.Cluster.ListJobs(ctx, 0, 0)
 	record(err)
-	_, err = a.cluster.Nodes(ctx)
+	_, err = a.o.Cluster.Nodes(ctx)
 	record(err)
-	first := map[string]jobs.JobRef{}
+	first := map[string]JobRef{}
 	for _, r := range refs {
 		if _, ok := first[r.Namespace]; !ok {
 			first[r.Namespace] = r
@@ -179,21 +203,23 @@ func (a *accessCheck) check(ctx context.Context) (problems, notes []string) {
 		namespaces = namespaces[:maxProbedNamespaces]
 	}
 	for _, ns := range namespaces {
-		_, err := a.cluster.ReadJob(ctx, first[ns])
+		_, err := a.o.Cluster.ReadJob(ctx, first[ns])
 		record(err)
-		if a.submit {
-			record(a.probeSubmit(ctx, ns))
+		if a.o.Submit != nil {
+			record(a.o.Submit.ProbeSubmit(ctx, ns))
 		}
 	}
 
 	// Consul: reading and writing under the prefix, and the session the
 	// leader lock needs.
-	_, _, err = a.kv.Get(ctx, jobs.ConfigKey)
+	_, _, err = a.o.KV.Get(ctx, contract.ConfigKey)
 	record(err)
 	// A check-and-set at an index no key has: the ACL check comes first,
 	// and a permitted write is refused (ErrConflict), writing nothing.
-	record(a.kv.CAS(ctx, consul.StatusKey, []byte{}, math.MaxUint64))
-	record(a.probeSession(ctx))
+	record(a.o.KV.CAS(ctx, contract.StatusKey, []byte{}, math.MaxUint64))
+	if a.o.Session != nil {
+		record(a.o.Session.ProbeSession(ctx))
+	}
 	return problems, notes
 }
 
@@ -203,47 +229,3 @@ func appendNew(list []string, s string) []string {
 	}
 	return append(list, s)
 }
-
-// probeSubmit checks submit-job in namespace ns without writing: a
-// register that enforces a job modify index no job has.
-func (a *accessCheck) probeSubmit(ctx context.Context, ns string) error {
-	id := probeJobID
-	job := &nomadapi.Job{
-		ID: &id, Name: &id, Namespace: &ns,
-		Type:        ptrTo(nomadapi.JobTypeBatch),
-		Datacenters: []string{"*"},
-		TaskGroups: []*nomadapi.TaskGroup{{
-			Name:  ptrTo("probe"),
-			Count: ptrTo(0),
-			Tasks: []*nomadapi.Task{{Name: "probe", Driver: "raw_exec", Config: map[string]any{"command": "/bin/true"}}},
-		}},
-	}
-	opts := &nomadapi.RegisterOptions{EnforceIndex: true, ModifyIndex: math.MaxUint64}
-	_, _, err := a.nomadAPI.Jobs().RegisterOpts(job, opts, (&nomadapi.WriteOptions{Namespace: ns}).WithContext(ctx))
-	if err == nil {
-		// Cannot happen (no job has that index); if it did, take the probe away.
-		_, _, _ = a.nomadAPI.Jobs().Deregister(id, true, (&nomadapi.WriteOptions{Namespace: ns}).WithContext(ctx))
-		return nil
-	}
-	if strings.Contains(err.Error(), "Enforcing job modify index") {
-		return nil // permitted: refused by the index check, after the ACL check
-	}
-	return nomad.Classify(err, fmt.Sprintf("registering jobs in namespace %q", ns), nomad.NeedNamespace("submit-job", ns))
-}
-
-// probeSession creates and destroys a session, as the leader lock does.
-func (a *accessCheck) probeSession(ctx context.Context) error {
-	w := (&consulapi.WriteOptions{}).WithContext(ctx)
-	id, _, err := a.consulAPI.Session().Create(&consulapi.SessionEntry{
-		Name: "pollux access check", TTL: "10s", Behavior: consulapi.SessionBehaviorDelete,
-	}, w)
-	if err != nil {
-		return consul.Classify(err, "creating a session for the lock "+a.kv.Prefix()+consul.DefaultLockKey, consul.NeedSession)
-	}
-	if _, err := a.consulAPI.Session().Destroy(id, w); err != nil {
-		return consul.Classify(err, "destroying a session", consul.NeedSession)
-	}
-	return nil
-}
-
-func ptrTo[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package main
+package jobs
 
 import (
 	"net/http"
@@ -9,20 +9,20 @@ import (
 // TestAccessHealth: /healthz is 503 until a check has passed and while it
 // finds access problems (naming them), 200 otherwise.
 func TestAccessHealth(t *testing.T) {
-	var none *accessCheck
-	if code, _ := none.health(); code != http.StatusOK {
+	var none *AccessCheck
+	if code, _ := none.Health(); code != http.StatusOK {
 		t.Errorf("no access check: %d, want 200", code)
 	}
-	a := &accessCheck{}
-	if code, body := a.health(); code != http.StatusServiceUnavailable || !strings.Contains(body, "checking access") {
+	a := &AccessCheck{}
+	if code, body := a.Health(); code != http.StatusServiceUnavailable || !strings.Contains(body, "checking access") {
 		t.Errorf("before the first check: %d %q", code, body)
 	}
 	a.checked, a.problems = true, []string{"nomad: permission denied listing nodes: the token needs node"}
-	if code, body := a.health(); code != http.StatusServiceUnavailable || !strings.Contains(body, "access: nomad: permission denied listing nodes") {
+	if code, body := a.Health(); code != http.StatusServiceUnavailable || !strings.Contains(body, "access: nomad: permission denied listing nodes") {
 		t.Errorf("with a problem: %d %q", code, body)
 	}
 	a.problems, a.notes = nil, []string{"consul unreachable"}
-	if code, body := a.health(); code != http.StatusOK || !strings.HasPrefix(body, "ok\n") || !strings.Contains(body, "note: consul unreachable") {
+	if code, body := a.Health(); code != http.StatusOK || !strings.HasPrefix(body, "ok\n") || !strings.Contains(body, "note: consul unreachable") {
 		t.Errorf("passed with a note: %d %q", code, body)
 	}
 }

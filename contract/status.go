@@ -1,0 +1,73 @@
+package contract
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Job states in the status document and the metrics.
+const (
+	StateScheduled = "scheduled" // in the policy's input this round
+	StateInvalid   = "invalid"   // malformed meta or job spec: left untouched
+	StateStopped   = "stopped"   // stopped or dead: ignored
+	StateError     = "error"     // could not be read: held
+)
+
+// JobStatus is one job's line in a round's Status.
+type JobStatus struct {
+	Job   string `json:"job"`
+	State string `json:"state"`
+	// Error is why the job is invalid, held, or why its metrics were
+	// rejected.
+	Error    string    `json:"error,omitempty"`
+	GPUs     int       `json:"gpus"`
+	Decision *Decision `json:"decision,omitempty"`
+	Changed  bool      `json:"changed,omitempty"`
+	Applied  bool      `json:"applied,omitempty"`
+	Conflict bool      `json:"conflict,omitempty"`
+	Fitted   bool      `json:"fitted,omitempty"`
+}
+
+// Status is the summary of one round, written by the leader at StatusKey.
+type Status struct {
+	Round     int64       `json:"round"`
+	Time      time.Time   `json:"time"`
+	Instance  string      `json:"instance"`
+	DryRun    bool        `json:"dry_run"`
+	Nodes     int         `json:"nodes"`
+	GPUs      int         `json:"gpus"`
+	Jobs      []JobStatus `json:"jobs"`
+	Conflicts int         `json:"conflicts"`
+	Errors    []string    `json:"errors,omitempty"`
+	// Timings are the phase durations in milliseconds: snapshot, fit,
+	// optimize, apply, total.
+	Timings map[string]float64 `json:"timings_ms"`
+}
+
+// String renders the status as a readable table.
+func (s *Status) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts\n",
+		s.Round, s.Time.Format(time.RFC3339), s.Instance, s.DryRun, s.Nodes, s.GPUs, s.Conflicts)
+	for _, j := range s.Jobs {
+		line := fmt.Sprintf("  %-40s %-10s gpus=%-3d", j.Job, j.State, j.GPUs)
+		if j.Decision != nil {
+			line += fmt.Sprintf(" batch=%d local=%d accum=%d lr=%.4g placement=%s", j.Decision.BatchSize, j.Decision.LocalBsz, j.Decision.AccumSteps, j.Decision.LR, j.Decision.Placement)
+		}
+		if j.Changed {
+			line += " [changed]"
+		}
+		if j.Conflict {
+			line += " [conflict]"
+		}
+		if j.Error != "" {
+			line += " error: " + j.Error
+		}
+		b.WriteString(line + "\n")
+	}
+	for _, e := range s.Errors {
+		b.WriteString("  error: " + e + "\n")
+	}
+	return b.String()
+}
