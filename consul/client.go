@@ -21,7 +21,7 @@ const MaxValueSize = 512 * 1024
 
 // Defaults of Config.
 const (
-	// DefaultPrefix is the KV prefix of contracts.md §2.
+	// DefaultPrefix is the KV prefix of docs/contracts.md §2.
 	DefaultPrefix = contract.DefaultPrefix
 	// DefaultSessionTTL is the leader session's TTL; it is also Consul's
 	// smallest allowed TTL (the agent's session_ttl_min).

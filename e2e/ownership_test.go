@@ -19,7 +19,7 @@ import (
 	"github.com/pollux-nomad/pollux/nomad"
 )
 
-// ownedMeta are the job meta keys the controller writes (contracts.md §1
+// ownedMeta are the job meta keys the controller writes (docs/contracts.md §1
 // and pollux_submit_time); every other key is the author's.
 var ownedMeta = []string{
 	contract.MetaBatchSize, contract.MetaLocalBsz, contract.MetaAccumSteps, contract.MetaLR,

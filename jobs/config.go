@@ -12,7 +12,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract/quote"
 )
 
-// Config is the controller's configuration (contracts.md §4). It is read
+// Config is the controller's configuration (docs/contracts.md §4). It is read
 // from a file (-config) and from <kv_prefix>config in Consul KV; the KV
 // document wins field by field. Every field has a default.
 type Config struct {
@@ -49,7 +49,7 @@ type Config struct {
 	Policy string
 }
 
-// DefaultConfig returns the defaults of contracts.md §4.
+// DefaultConfig returns the defaults of docs/contracts.md §4.
 func DefaultConfig() Config {
 	return Config{
 		Interval:              60 * time.Second,

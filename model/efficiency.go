@@ -47,7 +47,7 @@ func Efficiency(g GradParams, initBatch, batch float64) float64 {
 }
 
 // LRScaling is a learning-rate scaling rule: how the learning rate tuned
-// for the initial batch size is adapted to a larger batch (contracts.md §1,
+// for the initial batch size is adapted to a larger batch (docs/contracts.md §1,
 // pollux_lr_scaling).
 type LRScaling string
 

@@ -1,7 +1,7 @@
 // Package results owns the outcome of a simulation (or of a closed-loop
 // run of the controller): the raw per-job results and per-round cluster
 // samples (Run), the summary statistics that `pollux simulate -json`
-// prints (Summary, contracts.md §5), and the files written by
+// prints (Summary, docs/contracts.md §5), and the files written by
 // `pollux simulate -out DIR`: a per-job CSV, readable text tables, and PNG
 // plots drawn with gonum.org/v1/plot.
 //

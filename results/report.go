@@ -67,7 +67,7 @@ type Run struct {
 }
 
 // Summary is the JSON object that `pollux simulate -json` prints
-// (contracts.md §5). Times are in seconds unless a field name says
+// (docs/contracts.md §5). Times are in seconds unless a field name says
 // otherwise. When no job completed, the JCT statistics and the makespan
 // are 0 (JSON has no NaN); Completed tells the two cases apart.
 type Summary struct {

@@ -17,7 +17,7 @@ import (
 )
 
 // workloadColumns returns the header row of a workload CSV file, as written
-// by the artifact's simulator/workload.py (contracts.md §6).
+// by the artifact's simulator/workload.py (docs/contracts.md §6).
 func workloadColumns() []string {
 	return []string{"name", "time", "application", "num_replicas", "batch_size"}
 }

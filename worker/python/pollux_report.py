@@ -1,7 +1,7 @@
 """Pollux metrics reporter for Python (PyTorch) training jobs.
 
 Standard library only. A training job calls it every step; the rank-0
-worker writes the job's metrics document (contracts.md section 3) to Consul
+worker writes the job's metrics document (docs/contracts.md section 3) to Consul
 KV at ``<prefix>jobs/<namespace>/<job-id>/metrics``, the key the Pollux
 controller reads, and every worker can follow the controller's decision
 key to adopt a new batch size, micro-batch, accumulation and learning rate
@@ -220,7 +220,7 @@ class Stats(NamedTuple):
 
 @dataclass
 class Document:
-    """The metrics document, version 1 (contracts.md section 3)."""
+    """The metrics document, version 1 (docs/contracts.md section 3)."""
 
     timestamp: datetime
     batch_size: float
@@ -545,7 +545,7 @@ class Consul:
 
 @dataclass(frozen=True)
 class Decision:
-    """The controller's choice for the job (contracts.md sections 1 and 2):
+    """The controller's choice for the job (docs/contracts.md sections 1 and 2):
     the decision key's JSON, or the meta keys a worker was started with."""
 
     batch_size: int = 0

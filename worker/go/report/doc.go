@@ -1,7 +1,7 @@
 // Package report is the worker side of Pollux: a small library that a
 // training job calls every step to report what the controller needs
-// (contracts.md §3), and to learn the allocation and the training
-// configuration the controller chose for it (contracts.md §1 and §2).
+// (docs/contracts.md §3), and to learn the allocation and the training
+// configuration the controller chose for it (docs/contracts.md §1 and §2).
 //
 //	r, err := report.New(ctx, report.Config{Consul: client})
 //	defer r.Close(context.Background()) // writes what is left

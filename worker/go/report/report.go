@@ -161,7 +161,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // StepConfig is the configuration a step ran with: the key of a profile
-// entry (contracts.md §3).
+// entry (docs/contracts.md §3).
 type StepConfig struct {
 	// NumNodes is the number of nodes (at least 1).
 	NumNodes int
@@ -273,7 +273,7 @@ func (r *Reporter) Observe(cfg StepConfig, computeTime, stepTime, syncTime float
 }
 
 // ObserveGradients records the latest smoothed gradient statistics
-// (contracts.md §3, pollux-reference.md §2): gradSqr estimates |g|² and
+// (docs/contracts.md §3, pollux-reference.md §2): gradSqr estimates |g|² and
 // gradVar the variance of a batch gradient at the initial batch size. Both
 // must be finite and at least 0; a rejected call changes nothing.
 func (r *Reporter) ObserveGradients(gradSqr, gradVar float64) error {
