@@ -2,8 +2,8 @@
 GO      ?= go
 BIN     ?= bin
 PKGS    := ./...
-# Packages that must stay free of Nomad and Consul imports.
-PURE    := ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./report/...
+# Packages that need no servers to test (internal/archtest checks they import no Nomad/Consul API).
+PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
 .PHONY: help build simulate test unit servers cluster-up cluster-down lint check bench fuzz fidelity quality load demo ci clean
@@ -18,7 +18,7 @@ test: servers ## all tests: unit, property, fidelity, quality, and end-to-end on
 	scripts/with-cluster.sh sh -c '$(GO) test -p 1 -count=1 -timeout 60m $(PKGS) && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s worker/python -v'
 
 unit: ## the tests that need no servers
-	$(GO) test -count=1 -timeout 60m $(PURE) ./cmd/... ./jobs/
+	$(GO) test -count=1 -timeout 60m $(PURE) ./cmd/... ./jobs/... ./demo/ ./internal/...
 
 servers: ## build Consul v1.16.1 and Nomad v1.6.1 once into $$HOME/.cache/pollux
 	scripts/install-servers.sh >/dev/null
@@ -35,10 +35,13 @@ lint: ## gofmt and go vet
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags load ./e2e/
 
-check: lint ## lint + dependency direction (pure packages import no Nomad/Consul)
-	@bad=$$($(GO) list -deps $(PURE) | grep -E 'github.com/hashicorp/(nomad|consul)' || true); \
-	  if [ -n "$$bad" ]; then echo "pure packages import HashiCorp APIs:"; echo "$$bad"; exit 1; fi; \
-	  echo "dependency direction ok"
+check: lint ## lint + the architecture's rules (internal/archtest: layers, who may use the Nomad/Consul APIs, standalone workers) + go mod tidy leaves go.mod alone
+	$(GO) test -count=1 ./internal/archtest/
+	@cp go.mod /tmp/pollux-go.mod.check; cp go.sum /tmp/pollux-go.sum.check; $(GO) mod tidy; \
+	  if ! cmp -s go.mod /tmp/pollux-go.mod.check || ! cmp -s go.sum /tmp/pollux-go.sum.check; then \
+	    echo "go mod tidy changes go.mod/go.sum:"; diff /tmp/pollux-go.mod.check go.mod; \
+	    cp /tmp/pollux-go.mod.check go.mod; cp /tmp/pollux-go.sum.check go.sum; exit 1; fi
+	@echo "dependency rules ok"
 
 bench: ## Go benchmarks (model fitting, goodput, policy rounds at 64/256/1024 GPUs)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=20x ./model/ ./policy/ ./apps/
