@@ -8,7 +8,7 @@ key to adopt a new batch size, micro-batch, accumulation and learning rate
 without a restart. It has the same semantics as the Go package
 ``github.com/pollux-nomad/pollux/worker/go/report`` and writes the same bytes
 for the same observations (the canonical encoding of package ``metrics``:
-see ``marshal``); the shared vectors in ``jobs/testdata/reporter-vectors.json``
+see ``marshal``); the shared vectors in ``worker/testdata/reporter-vectors.json``
 check it.
 
     import pollux_report

@@ -62,7 +62,7 @@
 // evaluated exactly in this order in float64 (the Python reporter,
 // worker/python/pollux_report.py, does the same), so that both reporters
 // produce the same bytes for the same observations: the shared vectors in
-// jobs/testdata/reporter-vectors.json check it.
+// worker/testdata/reporter-vectors.json check it.
 //
 // # Limits
 //
