@@ -20,5 +20,5 @@ sudo=
 [ "$(id -u)" -eq 0 ] || sudo=sudo
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+$sudo apt-get install -y -qq "${need[@]}" >/dev/null
 /usr/bin/python3 -c 'import torch, sklearn' || { echo "install-deps: torch/sklearn still not importable by /usr/bin/python3" >&2; exit 1; }
