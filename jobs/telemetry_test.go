@@ -3,6 +3,8 @@ package jobs
 import (
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -35,17 +37,23 @@ func exercise(tm *Telemetry) {
 	tm.observeRound(&Status{Jobs: []JobStatus{{Job: "default/train", State: StateScheduled}}})
 }
 
-// scrape returns the metric families tm exposes, parsed as Prometheus does.
+// scrape GETs tm's HTTP handler and returns the metric families, parsed
+// as Prometheus does.
 func scrape(t *testing.T, tm *Telemetry) map[string]*dto.MetricFamily {
 	t.Helper()
-	var b strings.Builder
-	if err := tm.WritePrometheus(&b); err != nil {
-		t.Fatal(err)
+	rec := httptest.NewRecorder()
+	tm.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
 	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Errorf("Content-Type %q, want the text format 0.0.4", ct)
+	}
+	body := rec.Body.String()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(b.String()))
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
-		t.Fatalf("exposition does not parse: %v\n%s", err, b.String())
+		t.Fatalf("exposition does not parse: %v\n%s", err, body)
 	}
 	return fams
 }
@@ -104,5 +112,61 @@ func TestTelemetryFamiliesMatchGolden(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d pollux_ families, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+}
+
+// samples returns the values of family name by the value of label.
+func samples(fams map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range fams[name].GetMetric() {
+		key := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label {
+				key = l.GetValue()
+			}
+		}
+		switch {
+		case m.GetGauge() != nil:
+			out[key] = m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			out[key] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// A job that gets no decision in a round (it turned invalid, stopped,
+// could not be read, or was purged) disappears from pollux_job_gpus; a
+// job decided at 0 GPUs stays, at 0.
+func TestJobGPUsOnlyForJobsDecidedThisRound(t *testing.T) {
+	tm := NewTelemetry()
+	for _, j := range []string{"d/invalid", "d/stopped", "d/error", "d/purged", "d/zero", "d/kept"} {
+		tm.setJobGPUs(j, 4)
+	}
+	tm.observeRound(&Status{Jobs: []JobStatus{
+		{Job: "d/invalid", State: StateScheduled}, {Job: "d/stopped", State: StateScheduled},
+		{Job: "d/error", State: StateScheduled}, {Job: "d/purged", State: StateScheduled},
+		{Job: "d/zero", State: StateScheduled}, {Job: "d/kept", State: StateScheduled},
+	}})
+	if got := samples(scrape(t, tm), "pollux_job_gpus", "job"); len(got) != 6 {
+		t.Fatalf("after round 1: %v, want 6 jobs", got)
+	}
+	tm.setJobGPUs("d/zero", 0)
+	tm.setJobGPUs("d/kept", 2)
+	tm.setJobGPUs("d/new", 1)
+	tm.observeRound(&Status{Jobs: []JobStatus{
+		{Job: "d/invalid", State: StateInvalid}, {Job: "d/stopped", State: StateStopped},
+		{Job: "d/error", State: StateError},
+		{Job: "d/zero", State: StateScheduled}, {Job: "d/kept", State: StateScheduled}, {Job: "d/new", State: StateScheduled},
+	}})
+	got := samples(scrape(t, tm), "pollux_job_gpus", "job")
+	want := map[string]float64{"d/zero": 0, "d/kept": 2, "d/new": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after round 2: pollux_job_gpus %v, want %v", got, want)
+	}
+	// A round that decides nothing (every job stopped) empties it.
+	tm.observeRound(&Status{Jobs: []JobStatus{{Job: "d/kept", State: StateStopped}}})
+	if got := samples(scrape(t, tm), "pollux_job_gpus", "job"); len(got) != 0 {
+		t.Errorf("after round 3: pollux_job_gpus %v, want none", got)
 	}
 }
