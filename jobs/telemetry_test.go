@@ -170,3 +170,23 @@ func TestJobGPUsOnlyForJobsDecidedThisRound(t *testing.T) {
 		t.Errorf("after round 3: pollux_job_gpus %v, want none", got)
 	}
 }
+
+// BenchmarkScrape measures one GET /metrics with 100 jobs, the Go runtime
+// and process collectors included.
+func BenchmarkScrape(b *testing.B) {
+	tm := NewTelemetry()
+	exercise(tm)
+	for i := range 100 {
+		tm.setJobGPUs(fmt.Sprintf("default/job-%d", i), i%8)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	h := tm.Handler()
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Code)
+		}
+	}
+}
