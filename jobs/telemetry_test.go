@@ -22,8 +22,9 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata golden files")
 // line: name, type, label names (comma-separated, - for none) and help.
 // It was written from the hand-written exposition before the move to
 // client_golang; the names, types, labels and help are part of what
-// operators' dashboards and alerts rely on.
-const goldenMetrics = "testdata/metrics.golden"
+// operators' dashboards and alerts rely on. (Beside the test rather than
+// in testdata/: main moved jobs/testdata to worker/testdata.)
+const goldenMetrics = "metrics.golden"
 
 // exercise touches every metric so that each family has a sample.
 func exercise(tm *Telemetry) {

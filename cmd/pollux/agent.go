@@ -144,7 +144,10 @@ func httpHandler(tel *jobs.Telemetry, acc *accessCheck) http.Handler {
 		w.WriteHeader(code)
 		_, _ = io.WriteString(w, body)
 	})
-	mux.Handle("/metrics", tel.Handler())
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_ = tel.WritePrometheus(w)
+	})
 	return mux
 }
 
