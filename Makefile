@@ -48,7 +48,7 @@ bench: ## Go benchmarks (model fitting, goodput, policy rounds at 64/256/1024 GP
 
 # Every fuzz target as package:Target; `go test -fuzz` takes one target per run.
 FUZZ_TARGETS := \
-	./jobs/:FuzzParseSpec ./jobs/:FuzzMergeJSON ./jobs/:FuzzParseState \
+	./jobs/:FuzzParseSpec ./jobs/:FuzzMergeJSON ./jobs/:FuzzMergeHCL ./jobs/:FuzzParseState \
 	./contract/:FuzzParseMetrics ./workload/:FuzzParse \
 	./apps/:FuzzLoadPlacements ./apps/:FuzzLoadScalability ./apps/:FuzzLoadValidation \
 	./apps/internal/delaunay/:FuzzReadQhull

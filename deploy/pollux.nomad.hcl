@@ -1,8 +1,8 @@
 # The Pollux controller as a Nomad system job: one instance per node, one
 # leader at a time (a Consul lock on pollux/leader). Deploy with
 #   nomad job run -var 'artifact=https://example.internal/pollux_linux_amd64.tar.gz' deploy/pollux.nomad.hcl
-# Configuration: a file baked into the task (below) and pollux/config in
-# Consul KV (deploy/config.example.json), which wins field by field.
+# Configuration: an HCL file baked into the task (below) and pollux/config in
+# Consul KV (JSON, deploy/config.example.json), which wins field by field.
 
 variable "artifact" {
   type        = string
@@ -48,7 +48,7 @@ job "pollux" {
 
       config {
         command = "local/pollux"
-        args    = ["agent", "-config", "local/pollux.json", "-http-addr", "0.0.0.0:${NOMAD_PORT_http}", "-log-json"]
+        args    = ["agent", "-config", "local/pollux.hcl", "-http-addr", "0.0.0.0:${NOMAD_PORT_http}", "-log-json"]
       }
 
       # NOMAD_ADDR, CONSUL_HTTP_ADDR and the tokens come from the node's
@@ -76,15 +76,15 @@ job "pollux" {
         CONSUL_HTTP_ADDR = "${attr.unique.network.ip-address}:8500"
       }
 
+      # The agent's configuration file, in HCL (deploy/config.example.hcl
+      # lists every field).
       template {
-        destination = "local/pollux.json"
-        data        = <<-JSON
-          {
-            "interval": "60s",
-            "device": "nvidia/gpu",
-            "kv_prefix": "pollux/"
-          }
-        JSON
+        destination = "local/pollux.hcl"
+        data        = <<-EOT
+          interval  = "60s"
+          device    = "nvidia/gpu"
+          kv_prefix = "pollux/"
+        EOT
       }
 
       resources {

@@ -66,24 +66,25 @@ func DefaultConfig() Config {
 	}
 }
 
-// configDoc is the JSON form; pointers tell "absent" from "zero".
+// configDoc is the document form, in JSON (the KV document and .json
+// files) and in HCL (.hcl files); pointers tell "absent" from "zero".
 type configDoc struct {
-	Interval              *string  `json:"interval"`
-	FairnessP             *float64 `json:"fairness_p"`
-	RestartPenalty        *string  `json:"restart_penalty"`
-	Device                *string  `json:"device"`
-	NodePool              *string  `json:"node_pool"`
-	MaxGPUsPerJob         *int     `json:"max_gpus_per_job"`
-	DryRun                *bool    `json:"dry_run"`
-	KVPrefix              *string  `json:"kv_prefix"`
-	InterferenceAvoidance *bool    `json:"interference_avoidance"`
-	ExploreFactor         *int     `json:"explore_factor"`
-	Policy                *string  `json:"policy"`
+	Interval              *string  `json:"interval" hcl:"interval,optional"`
+	FairnessP             *float64 `json:"fairness_p" hcl:"fairness_p,optional"`
+	RestartPenalty        *string  `json:"restart_penalty" hcl:"restart_penalty,optional"`
+	Device                *string  `json:"device" hcl:"device,optional"`
+	NodePool              *string  `json:"node_pool" hcl:"node_pool,optional"`
+	MaxGPUsPerJob         *int     `json:"max_gpus_per_job" hcl:"max_gpus_per_job,optional"`
+	DryRun                *bool    `json:"dry_run" hcl:"dry_run,optional"`
+	KVPrefix              *string  `json:"kv_prefix" hcl:"kv_prefix,optional"`
+	InterferenceAvoidance *bool    `json:"interference_avoidance" hcl:"interference_avoidance,optional"`
+	ExploreFactor         *int     `json:"explore_factor" hcl:"explore_factor,optional"`
+	Policy                *string  `json:"policy" hcl:"policy,optional"`
 	GA                    *struct {
-		Population  *int   `json:"population"`
-		Generations *int   `json:"generations"`
-		Seed        *int64 `json:"seed"`
-	} `json:"ga"`
+		Population  *int   `json:"population" hcl:"population,optional"`
+		Generations *int   `json:"generations" hcl:"generations,optional"`
+		Seed        *int64 `json:"seed" hcl:"seed,optional"`
+	} `json:"ga" hcl:"ga,block"`
 }
 
 // MergeJSON applies the fields present in a JSON configuration document
@@ -109,6 +110,14 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 	if rest := bytes.Trim(data[dec.InputOffset():], jsonSpace); len(rest) > 0 {
 		return c, fmt.Errorf("failed to parse configuration: trailing data after the JSON object at byte %d: %q", dec.InputOffset(), truncate(string(rest)))
 	}
+	return c.merge(&d, func(string) string { return "" })
+}
+
+// merge applies the fields present in d to c and validates the result.
+// Each error names its field (ga.population for a field of the ga block),
+// preceded by at(field), which says where the document set it ("" if
+// unknown). On error c is returned unchanged.
+func (c Config) merge(d *configDoc, at func(field string) string) (Config, error) {
 	out := c
 	var errs []error
 	dur := func(name string, s *string, dst *time.Duration) {
@@ -118,7 +127,7 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 		v, err := time.ParseDuration(*s)
 		if err != nil {
 			// Not err, which quotes the whole value.
-			errs = append(errs, fmt.Errorf("%s: want a duration such as \"60s\" or \"1m30s\", got %q", name, truncate(*s)))
+			errs = append(errs, fmt.Errorf("%s%s: want a duration such as \"60s\" or \"1m30s\", got %q", at(name), name, truncate(*s)))
 			return
 		}
 		*dst = v
@@ -128,7 +137,7 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 	if d.FairnessP != nil {
 		out.FairnessP = *d.FairnessP
 		if *d.FairnessP == 0 {
-			errs = append(errs, errors.New("fairness_p: 0 is not allowed (use a small non-zero value for a near-geometric mean)"))
+			errs = append(errs, fmt.Errorf("%sfairness_p: 0 is not allowed (use a small non-zero value for a near-geometric mean)", at("fairness_p")))
 		}
 	}
 	if d.Device != nil {
@@ -166,8 +175,12 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 			out.Seed = *d.GA.Seed
 		}
 	}
-	if err := out.Validate(); err != nil {
-		errs = append(errs, err)
+	for _, p := range out.problems() {
+		var fe fieldError
+		if errors.As(p, &fe) && at(fe.field) != "" {
+			p = fmt.Errorf("%s%w", at(fe.field), p)
+		}
+		errs = append(errs, p)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("invalid configuration: %w", err)
@@ -175,45 +188,60 @@ func (c Config) MergeJSON(data []byte) (Config, error) {
 	return out, nil
 }
 
+// fieldError is an invalid value of one field, named as in the document.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e fieldError) Error() string { return e.field + ": " + e.err.Error() }
+func (e fieldError) Unwrap() error { return e.err }
+
 // Validate reports every invalid field at once.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return errors.Join(c.problems()...) }
+
+// problems returns one fieldError for each invalid field.
+func (c Config) problems() []error {
 	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fieldError{field: field, err: fmt.Errorf(format, args...)})
+	}
 	if c.Interval < time.Second || c.Interval > maxConfigDuration {
-		errs = append(errs, fmt.Errorf("interval: must be in [1s, %s], got %s", maxConfigDuration, c.Interval))
+		bad("interval", "must be in [1s, %s], got %s", maxConfigDuration, c.Interval)
 	}
 	if c.FairnessP == 0 || math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > 100 {
-		errs = append(errs, fmt.Errorf("fairness_p: must be non-zero with |p| ≤ 100, got %g", c.FairnessP))
+		bad("fairness_p", "must be non-zero with |p| ≤ 100, got %g", c.FairnessP)
 	}
 	if c.RestartPenalty < 0 || c.RestartPenalty > maxConfigDuration {
-		errs = append(errs, fmt.Errorf("restart_penalty: must be in [0s, %s], got %s", maxConfigDuration, c.RestartPenalty))
+		bad("restart_penalty", "must be in [0s, %s], got %s", maxConfigDuration, c.RestartPenalty)
 	}
 	if parts := strings.Split(c.Device, "/"); len(c.Device) > maxConfigString || len(parts) < 2 || len(parts) > 3 || slicesHasEmpty(parts) {
-		errs = append(errs, fmt.Errorf("device: want vendor/type or vendor/type/name, got %q", truncate(c.Device)))
+		bad("device", "want vendor/type or vendor/type/name, got %q", truncate(c.Device))
 	}
 	if len(c.NodePool) > maxConfigString {
-		errs = append(errs, fmt.Errorf("node_pool: at most %d bytes, got %d", maxConfigString, len(c.NodePool)))
+		bad("node_pool", "at most %d bytes, got %d", maxConfigString, len(c.NodePool))
 	}
 	if c.MaxGPUsPerJob < 0 || c.MaxGPUsPerJob > maxMetaValue {
-		errs = append(errs, fmt.Errorf("max_gpus_per_job: must be in [0, %d], got %d", maxMetaValue, c.MaxGPUsPerJob))
+		bad("max_gpus_per_job", "must be in [0, %d], got %d", maxMetaValue, c.MaxGPUsPerJob)
 	}
 	if c.KVPrefix == "" || len(c.KVPrefix) > maxConfigString || !strings.HasSuffix(c.KVPrefix, "/") || strings.HasPrefix(c.KVPrefix, "/") {
-		errs = append(errs, fmt.Errorf("kv_prefix: must be non-empty, at most %d bytes, end with / and not start with /, got %q", maxConfigString, truncate(c.KVPrefix)))
+		bad("kv_prefix", "must be non-empty, at most %d bytes, end with / and not start with /, got %q", maxConfigString, truncate(c.KVPrefix))
 	}
 	if c.Population < 2 || c.Population > 10000 {
-		errs = append(errs, fmt.Errorf("ga.population: must be in [2, 10000], got %d", c.Population))
+		bad("ga.population", "must be in [2, 10000], got %d", c.Population)
 	}
 	if c.Generations < 1 || c.Generations > 100000 {
-		errs = append(errs, fmt.Errorf("ga.generations: must be in [1, 100000], got %d", c.Generations))
+		bad("ga.generations", "must be in [1, 100000], got %d", c.Generations)
 	}
 	switch c.Policy {
 	case "pollux", "tiresias", "optimus":
 	default:
-		errs = append(errs, fmt.Errorf("policy: want pollux, tiresias or optimus, got %q", truncate(c.Policy)))
+		bad("policy", "want pollux, tiresias or optimus, got %q", truncate(c.Policy))
 	}
 	if c.ExploreFactor < 1 || c.ExploreFactor > maxExploreFactor {
-		errs = append(errs, fmt.Errorf("explore_factor: must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor))
+		bad("explore_factor", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Bounds of configuration values beyond which a value is certainly a

@@ -23,10 +23,7 @@ func Handler(tel *Telemetry, acc *AccessCheck) *http.ServeMux {
 		w.WriteHeader(code)
 		_, _ = io.WriteString(w, body)
 	})
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_ = tel.WritePrometheus(w)
-	})
+	mux.Handle("/metrics", tel.Handler())
 	return mux
 }
 

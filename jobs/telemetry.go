@@ -1,145 +1,170 @@
 package jobs
 
 import (
-	"fmt"
 	"io"
-	"sort"
-	"strings"
+	"net/http"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 )
 
-// Telemetry holds the controller's Prometheus metrics and writes them in
-// the Prometheus text exposition format (version 0.0.4). It is safe for
-// concurrent use.
+// Telemetry holds the controller's Prometheus metrics in a registry of its
+// own (not the process-wide default one, so that two controllers in one
+// process, or a test, never share or clash), together with the Go runtime
+// and process collectors (go_* and process_*). It is safe for concurrent
+// use.
+//
+// Why prometheus/client_golang and not hashicorp/go-metrics with its
+// Prometheus sink (Nomad's choice): the sink is a layer over client_golang
+// that would change what operators scrape today. It gives every
+// AddSample summary the quantiles 0.5, 0.9 and 0.99 (pollux_round_phase_seconds
+// has only _sum and _count), uses the metric's name as its help unless
+// each metric is declared up front, and expires a series that was not
+// updated within its Expiration (60 s by default, the default round
+// interval), so pollux_leader or a job's GPUs would vanish between two
+// slow rounds. It has no way to remove one series, which the
+// pollux_job_gpus fix needs. go-metrics pays off for a program that sends
+// the same measurements to several sinks (statsd, in-memory); Pollux only
+// serves Prometheus, so the maintained Prometheus library used directly is
+// the smaller dependency with exact control of names, types and help.
 type Telemetry struct {
-	mu          sync.Mutex
-	rounds      uint64
-	conflicts   uint64
-	errors      map[string]uint64
-	phaseSum    map[string]float64
-	phaseCount  map[string]uint64
-	lastRound   map[string]float64
-	jobsByState map[string]int
-	jobGPUs     map[string]int
-	leader      bool
+	reg       *prometheus.Registry
+	rounds    prometheus.Counter
+	leader    prometheus.Gauge
+	conflicts prometheus.Counter
+	errors    *prometheus.CounterVec
+	phase     *prometheus.SummaryVec
+	lastPhase *prometheus.GaugeVec
+	jobs      *prometheus.GaugeVec
+	jobGPUs   *prometheus.GaugeVec
+
+	mu sync.Mutex
+	// decided holds the jobs given GPUs (setJobGPUs) since the last
+	// observeRound; gpuJobs and states the label values shown in
+	// pollux_job_gpus and pollux_jobs.
+	decided, gpuJobs, states map[string]bool
 }
 
-// NewTelemetry returns empty metrics.
+// NewTelemetry returns empty metrics in a new private registry.
 func NewTelemetry() *Telemetry {
-	return &Telemetry{
-		errors: map[string]uint64{}, phaseSum: map[string]float64{}, phaseCount: map[string]uint64{},
-		lastRound: map[string]float64{}, jobsByState: map[string]int{}, jobGPUs: map[string]int{},
+	t := &Telemetry{
+		reg: prometheus.NewRegistry(),
+		rounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pollux_rounds_total", Help: "Scheduling rounds completed.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pollux_leader", Help: "1 if this instance holds the leader lock.",
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pollux_apply_conflicts_total",
+			Help: "Job writes that lost a check-and-set because the job changed since it was read.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pollux_errors_total", Help: "Errors by kind.",
+		}, []string{"kind"}),
+		// No Objectives: a summary of _sum and _count only, as before.
+		phase: prometheus.NewSummaryVec(prometheus.SummaryOpts{
+			Name: "pollux_round_phase_seconds",
+			Help: "Time spent in each phase of a round (total = whole round, optimize = policy time).",
+		}, []string{"phase"}),
+		lastPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pollux_last_round_phase_seconds", Help: "Duration of each phase in the last round.",
+		}, []string{"phase"}),
+		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pollux_jobs", Help: "Jobs by state in the last round.",
+		}, []string{"state"}),
+		jobGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pollux_job_gpus", Help: "GPUs allocated to each job by the last round's decision.",
+		}, []string{"job"}),
+		decided: map[string]bool{}, gpuJobs: map[string]bool{}, states: map[string]bool{},
 	}
+	t.reg.MustRegister(t.rounds, t.leader, t.conflicts, t.errors, t.phase, t.lastPhase, t.jobs, t.jobGPUs,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return t
 }
 
-func (t *Telemetry) incError(kind string) {
-	t.mu.Lock()
-	t.errors[kind]++
-	t.mu.Unlock()
-}
+func (t *Telemetry) incError(kind string) { t.errors.WithLabelValues(kind).Inc() }
 
-func (t *Telemetry) incConflict() {
-	t.mu.Lock()
-	t.conflicts++
-	t.mu.Unlock()
-}
+func (t *Telemetry) incConflict() { t.conflicts.Inc() }
 
 func (t *Telemetry) observePhase(phase string, seconds float64) {
-	t.mu.Lock()
-	t.phaseSum[phase] += seconds
-	t.phaseCount[phase]++
-	t.lastRound[phase] = seconds
-	t.mu.Unlock()
+	t.phase.WithLabelValues(phase).Observe(seconds)
+	t.lastPhase.WithLabelValues(phase).Set(seconds)
 }
 
+// setJobGPUs records the GPUs the round decided for job. The job stays in
+// pollux_job_gpus only if every round decides it again (see observeRound).
 func (t *Telemetry) setJobGPUs(job string, gpus int) {
 	t.mu.Lock()
-	t.jobGPUs[job] = gpus
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	t.jobGPUs.WithLabelValues(job).Set(float64(gpus))
+	t.decided[job], t.gpuJobs[job] = true, true
 }
 
 // SetLeader records whether this instance leads.
 func (t *Telemetry) SetLeader(leader bool) {
-	t.mu.Lock()
-	t.leader = leader
-	t.mu.Unlock()
+	if leader {
+		t.leader.Set(1)
+	} else {
+		t.leader.Set(0)
+	}
 }
 
+// observeRound closes a round: it counts it, sets pollux_jobs from the
+// round's job states, and removes from pollux_job_gpus every job the round
+// gave no decision (it turned invalid, stopped, could not be read, was
+// purged or untagged, or the round was interrupted before reaching it).
+// Removed rather than zeroed: a job that is gone should not leave a series
+// behind forever, and 0 would claim a decision of no GPUs, which is what
+// a series at 0 means (a scheduled job waiting for GPUs).
 func (t *Telemetry) observeRound(s *Status) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rounds++
-	t.jobsByState = map[string]int{}
-	present := map[string]bool{}
+	t.rounds.Inc()
+	count := map[string]int{}
 	for _, j := range s.Jobs {
-		t.jobsByState[j.State]++
-		present[j.Job] = true
+		count[j.State]++
 	}
-	for job := range t.jobGPUs {
-		if !present[job] {
-			delete(t.jobGPUs, job)
+	for state, n := range count {
+		t.jobs.WithLabelValues(state).Set(float64(n))
+		t.states[state] = true
+	}
+	for state := range t.states {
+		if count[state] == 0 {
+			t.jobs.DeleteLabelValues(state)
+			delete(t.states, state)
 		}
 	}
+	for job := range t.gpuJobs {
+		if !t.decided[job] {
+			t.jobGPUs.DeleteLabelValues(job)
+			delete(t.gpuJobs, job)
+		}
+	}
+	clear(t.decided)
 }
 
-// Rounds returns the number of completed rounds.
-func (t *Telemetry) Rounds() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.rounds
+// Handler serves the metrics over HTTP (Prometheus text format, or
+// another format the scraper asks for).
+func (t *Telemetry) Handler() http.Handler {
+	return promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// WritePrometheus writes all metrics in the text exposition format.
+// WritePrometheus writes all metrics in the Prometheus text exposition
+// format (version 0.0.4).
 func (t *Telemetry) WritePrometheus(w io.Writer) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var b strings.Builder
-	metric := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	fams, err := t.reg.Gather()
+	if err != nil {
+		return err
 	}
-	metric("pollux_rounds_total", "counter", "Scheduling rounds completed.")
-	fmt.Fprintf(&b, "pollux_rounds_total %d\n", t.rounds)
-	metric("pollux_leader", "gauge", "1 if this instance holds the leader lock.")
-	fmt.Fprintf(&b, "pollux_leader %d\n", boolInt(t.leader))
-	metric("pollux_apply_conflicts_total", "counter", "Job writes that lost a check-and-set because the job changed since it was read.")
-	fmt.Fprintf(&b, "pollux_apply_conflicts_total %d\n", t.conflicts)
-	metric("pollux_errors_total", "counter", "Errors by kind.")
-	for _, k := range sortedKeys(t.errors) {
-		fmt.Fprintf(&b, "pollux_errors_total{kind=%q} %d\n", k, t.errors[k])
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
 	}
-	metric("pollux_round_phase_seconds", "summary", "Time spent in each phase of a round (total = whole round, optimize = policy time).")
-	for _, k := range sortedKeys(t.phaseSum) {
-		fmt.Fprintf(&b, "pollux_round_phase_seconds_sum{phase=%q} %g\n", k, t.phaseSum[k])
-		fmt.Fprintf(&b, "pollux_round_phase_seconds_count{phase=%q} %d\n", k, t.phaseCount[k])
-	}
-	metric("pollux_last_round_phase_seconds", "gauge", "Duration of each phase in the last round.")
-	for _, k := range sortedKeys(t.lastRound) {
-		fmt.Fprintf(&b, "pollux_last_round_phase_seconds{phase=%q} %g\n", k, t.lastRound[k])
-	}
-	metric("pollux_jobs", "gauge", "Jobs by state in the last round.")
-	for _, k := range sortedKeys(t.jobsByState) {
-		fmt.Fprintf(&b, "pollux_jobs{state=%q} %d\n", k, t.jobsByState[k])
-	}
-	metric("pollux_job_gpus", "gauge", "GPUs allocated to each job by the last round's decision.")
-	for _, k := range sortedKeys(t.jobGPUs) {
-		fmt.Fprintf(&b, "pollux_job_gpus{job=%q} %d\n", k, t.jobGPUs[k])
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return nil
 }

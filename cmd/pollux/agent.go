@@ -30,7 +30,7 @@ type agentFlags struct {
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
-	fs.StringVar(&f.config, "config", "", "JSON configuration file (pollux/config in Consul KV wins field by field)")
+	fs.StringVar(&f.config, "config", "", "configuration file, HCL (.hcl) or JSON (pollux/config in Consul KV wins field by field)")
 	fs.StringVar(&f.prefix, "kv-prefix", "", "Consul KV prefix (default from the configuration: pollux/)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log in JSON")
@@ -54,15 +54,11 @@ func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, err
 	log := hclog.New(&hclog.LoggerOptions{Name: "pollux", Level: hclog.LevelFromString(f.logLevel), JSONFormat: f.logJSON, Output: stderr})
 	cfg := jobs.DefaultConfig()
 	if f.config != "" {
-		raw, err := os.ReadFile(f.config)
+		loaded, err := jobs.LoadConfigFile(f.config)
 		if err != nil {
 			return nil, usageErr("config: %v", err)
 		}
-		merged, err := cfg.MergeJSON(raw)
-		if err != nil {
-			return nil, usageErr("%s: %v", f.config, err)
-		}
-		cfg = merged
+		cfg = loaded
 	}
 	if f.prefix != "" {
 		cfg.KVPrefix = f.prefix

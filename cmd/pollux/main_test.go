@@ -80,6 +80,18 @@ func TestSimulateBadInput(t *testing.T) {
 			args: func(*testing.T) []string { return []string{"frobnicate"} }, wantCode: 2,
 			wantMsg: []string{"frobnicate"},
 		},
+		"hcl config with a bad duration": {
+			args: func(t *testing.T) []string {
+				return []string{"status", "-config", writeFile(t, "pollux.hcl", "device = \"nvidia/gpu\"\ninterval = \"soon\"\n")}
+			},
+			wantCode: 2, wantMsg: []string{"pollux.hcl:2,12-18: interval: want a duration"},
+		},
+		"json config with an unknown field": {
+			args: func(t *testing.T) []string {
+				return []string{"status", "-config", writeFile(t, "pollux.json", `{"intervall":"10s"}`)}
+			},
+			wantCode: 2, wantMsg: []string{"pollux.json: failed to parse configuration", `unknown field "intervall"`},
+		},
 		"fit without metrics": {
 			args: func(*testing.T) []string { return []string{"fit"} }, wantCode: 2,
 			wantMsg: []string{"-metrics"},
