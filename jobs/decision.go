@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -75,11 +74,6 @@ func AllocOf(p []NodeGPUs) []string {
 // SamePlacement reports whether two placements are equal.
 func SamePlacement(a, b []NodeGPUs) bool {
 	return policy.Equal(AllocOf(a), AllocOf(b))
-}
-
-// SortNodes orders a placement's nodes the way the policy lists them.
-func SortNodes(p []NodeGPUs, order map[string]int) {
-	sort.SliceStable(p, func(i, j int) bool { return order[p[i].Node] < order[p[j].Node] })
 }
 
 // Decide picks the batch size, micro-batch, accumulation steps and
