@@ -39,13 +39,23 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 }
 
 // accrue adds the GPU-seconds each job held since the last round to its
-// attained service (Tiresias orders jobs by it).
+// attained service (Tiresias orders jobs by it) and saves the state of
+// every job that held GPUs, so that a new leader starts from the value
+// (one write per running job and round, as the decision's).
 func (c *Controller) accrue(ctx context.Context, r *round) {
 	if !c.lastTime.IsZero() {
 		dt := r.start.Sub(c.lastTime).Seconds()
 		for _, e := range r.entries {
+			held := 0
 			for _, run := range e.job.Running {
-				e.state.AttainedService += float64(run.GPUs) * dt
+				held += run.GPUs
+			}
+			if held == 0 || dt <= 0 {
+				continue
+			}
+			e.state.AttainedService = min(e.state.AttainedService+float64(held)*dt, maxAttainedService)
+			if ctx.Err() == nil {
+				c.saveState(ctx, e.job.JobRef, e.state)
 			}
 		}
 	}

@@ -65,14 +65,18 @@ func (c *Clock) Advance(d time.Duration) {
 	c.timers = kept
 }
 
-// WaitTimers blocks until at least n timers are pending (someone is
-// waiting on the clock), or ctx ends.
-func (c *Clock) WaitTimers(ctx context.Context, n int) error {
+// WaitTimer blocks until someone waits on the clock for d from now (a
+// timer due at Now()+d is pending), or ctx ends.
+func (c *Clock) WaitTimer(ctx context.Context, d time.Duration) error {
 	for {
 		c.mu.Lock()
-		pending, added := len(c.timers), c.added
+		due, added := c.now.Add(d), c.added
+		found := false
+		for _, t := range c.timers {
+			found = found || t.at.Equal(due)
+		}
 		c.mu.Unlock()
-		if pending >= n {
+		if found {
 			return nil
 		}
 		select {

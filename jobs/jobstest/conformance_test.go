@@ -27,7 +27,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Elapse: func(ctx context.Context, d time.Duration) {
-			if err := clock.WaitTimers(ctx, 1); err != nil {
+			if err := clock.WaitTimer(ctx, d); err != nil {
 				t.Fatal(err)
 			}
 			clock.Advance(d)
