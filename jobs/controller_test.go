@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -371,5 +372,42 @@ func TestAttainedServiceSaved(t *testing.T) {
 	f.round(next)
 	if in := f.policy.input(); len(in.Jobs) != 1 || in.Jobs[0].AttainedService != 120 {
 		t.Fatalf("the new leader's policy input: %+v, want attained service 120", in.Jobs)
+	}
+}
+
+// TestPolicyKeptBetweenRounds: the controller creates its policy by name
+// and keeps it (the GA's population, Tiresias' queues) while the settings
+// it reads stay; changing them, or the policy, makes a new one.
+func TestPolicyKeptBetweenRounds(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 1})
+	var made []string
+	c, err := jobs.New(f.cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now,
+		NewPolicy: func(name string, s policy.Settings) (policy.Policy, error) {
+			made = append(made, name)
+			return policy.New(name, s)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.submit("a", 1)
+	set := func(mutate func(*jobs.Config)) {
+		cfg := c.Config()
+		mutate(&cfg)
+		if err := c.SetConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		f.round(c)
+	}
+	f.round(c)
+	f.round(c)
+	set(func(cfg *jobs.Config) { cfg.Interval = time.Hour }) // not a policy setting
+	set(func(cfg *jobs.Config) { cfg.Policy = "tiresias" })  // another policy
+	set(func(cfg *jobs.Config) { cfg.Population = 20 })      // not Tiresias'
+	set(func(cfg *jobs.Config) { cfg.Policy = "pollux" })    // population changed meanwhile
+	set(func(cfg *jobs.Config) { cfg.DryRun = true })        // not a policy setting
+	if want := []string{"pollux", "tiresias", "pollux"}; !slices.Equal(made, want) {
+		t.Fatalf("policies made: %v, want %v", made, want)
 	}
 }
