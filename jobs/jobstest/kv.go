@@ -108,21 +108,27 @@ func (s *KV) Delete(ctx context.Context, key string, recurse bool) error {
 	if err := s.check("delete", key); err != nil {
 		return err
 	}
+	deleted := false
 	for k := range s.keys {
 		if k == key || (recurse && strings.HasPrefix(k, key)) {
 			delete(s.keys, k)
+			deleted = true
 		}
 	}
-	// Consul bumps the index of a delete too (its tombstone).
-	s.index++
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if deleted {
+		// A delete moves the index too (Consul keeps a tombstone).
+		s.index++
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 	return nil
 }
 
 // Watch blocks until the key's index passes index, or wait elapses on the
 // clock (default 5 minutes), and returns its value (nil if absent) and
-// index. An absent key's index is the store's.
+// index. An absent key's index is the store's, so its read may also
+// return on a write to another key (Consul's blocking reads may return
+// early too; callers compare what they read).
 func (s *KV) Watch(ctx context.Context, key string, index uint64, wait time.Duration) ([]byte, uint64, error) {
 	if wait <= 0 {
 		wait = 5 * time.Minute
