@@ -7,6 +7,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,21 +249,24 @@ func buildJob(cfg Config, prefix, runID string, w workload.Job) (*nomadapi.Job, 
 		"pollux_local_bsz_max":   fmt.Sprint(app.MaxLocalBsz),
 	}
 	meta["pollux_app"] = app.Name
-	switch cfg.Policy {
-	case "tiresias":
-		// The trace's fixed GPU count and batch size.
+	traits, err := policy.TraitsOf(cmp.Or(cfg.Policy, "pollux"))
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	if traits.Replicas == policy.RequestedReplicas {
+		// The trace's fixed GPU count.
 		meta["pollux_min_gpus"], meta["pollux_max_gpus"] = fmt.Sprint(w.NumReplicas), fmt.Sprint(w.NumReplicas)
+	}
+	switch {
+	case !traits.AdaptiveBatch:
+		// The trace's batch size.
 		meta["pollux_init_batch_size"] = fmt.Sprint(w.BatchSize)
-	case "optimus":
-		meta["pollux_init_batch_size"] = fmt.Sprint(w.BatchSize)
-		if app.Name == "ncf" {
+		if app.Name == "ncf" && traits.Replicas != policy.RequestedReplicas {
 			meta["pollux_max_gpus"] = "1"
 		}
-	default:
-		if app.Name == "ncf" {
-			// As the artifact's simulator: NCF at M = 32768 on one GPU.
-			meta["pollux_init_batch_size"], meta["pollux_max_batch_size"], meta["pollux_max_gpus"] = "32768", "32768", "1"
-		}
+	case app.Name == "ncf":
+		// As the artifact's simulator: NCF at M = 32768 on one GPU.
+		meta["pollux_init_batch_size"], meta["pollux_max_batch_size"], meta["pollux_max_gpus"] = "32768", "32768", "1"
 	}
 	job := nomadapi.NewBatchJob(id, id, "global", 50)
 	ns := cfg.namespace()

@@ -24,7 +24,26 @@ type AgentOptions struct {
 	Telemetry *Telemetry
 	// OnRound is called after each round (may be nil), for tests.
 	OnRound func(*Status)
+	// OnConfig is called after each configuration document from Consul
+	// is handled (may be nil), for tests: with the configuration it
+	// loaded, or the error that made it keep the last good one.
+	OnConfig func(Config, error)
+	// Clock times the rounds and the retries (default the wall clock).
+	Clock Clock
 }
+
+// Clock is the agent's time source.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives the time once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// wallClock is the real clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // RunAgent runs until ctx ends: it watches the configuration in Consul,
 // competes for leadership, and while it leads runs a round every
@@ -36,10 +55,13 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		log = hclog.NewNullLogger()
 	}
 	log = log.Named("agent")
+	if o.Clock == nil {
+		o.Clock = wallClock{}
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	wake := make(chan struct{}, 1)
 	g.Go(func() error { watchConfig(ctx, o, log); return nil })
-	g.Go(func() error { watchJobs(ctx, o.Controller.cluster, log, wake); return nil })
+	g.Go(func() error { watchJobs(ctx, o.Controller.cluster, o.Clock, log, wake); return nil })
 	g.Go(func() error { return lead(ctx, o, log, wake) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -53,7 +75,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 	var index uint64
 	var last string
-	var retry backoff
+	retry := backoff{clock: o.Clock}
 	for ctx.Err() == nil {
 		raw, idx, err := o.KV.Watch(ctx, contract.ConfigKey, index, 5*time.Minute)
 		if err != nil {
@@ -71,14 +93,17 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 			merged, err := o.Base.MergeJSON(raw)
 			if err != nil {
 				log.Error("invalid configuration in consul; keeping the last good one", "error", err)
+				o.configured(Config{}, err)
 				continue
 			}
 			cfg = merged
 		}
 		if err := o.Controller.SetConfig(cfg); err != nil {
 			log.Error("invalid configuration; keeping the last good one", "error", err)
+			o.configured(Config{}, err)
 			continue
 		}
+		o.configured(cfg, nil)
 		log.Info("configuration loaded", "interval", cfg.Interval, "fairness_p", cfg.FairnessP, "device", cfg.Device, "dry_run", cfg.DryRun)
 	}
 }
@@ -87,10 +112,10 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 // A blocking list wakes on any job's change, so it diffs the set and
 // signals wake when a job appears, to schedule it without waiting a whole
 // interval.
-func watchJobs(ctx context.Context, cluster Cluster, log hclog.Logger, wake chan<- struct{}) {
+func watchJobs(ctx context.Context, cluster Cluster, clock Clock, log hclog.Logger, wake chan<- struct{}) {
 	var index uint64
 	known := map[JobRef]bool{}
-	var retry backoff
+	retry := backoff{clock: clock}
 	for ctx.Err() == nil {
 		refs, idx, err := cluster.ListJobs(ctx, index, 5*time.Minute)
 		if err != nil {
@@ -140,7 +165,7 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 				return nil
 			}
 			log.Warn("failed to acquire leadership; retrying", "error", err)
-			sleep(ctx, 2*time.Second)
+			sleep(ctx, o.Clock, 2*time.Second)
 			continue
 		}
 		log.Info("acquired leadership")
@@ -184,29 +209,28 @@ func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-cha
 				o.OnRound(st)
 			}
 		}
-		t := time.NewTimer(o.Controller.Config().Interval)
 		select {
 		case <-ctx.Done():
-		case <-t.C:
+		case <-o.Clock.After(o.Controller.Config().Interval):
 		case <-wake:
-			sleep(ctx, 2*time.Second) // let a burst of submissions settle
+			sleep(ctx, o.Clock, 2*time.Second) // let a burst of submissions settle
 		}
-		t.Stop()
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+func sleep(ctx context.Context, clock Clock, d time.Duration) {
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+	case <-clock.After(d):
 	}
 }
 
 // backoff is the exponential wait (1 s doubling to 1 min) between retries
-// of a failed blocking query; its zero value is ready to use.
-type backoff struct{ d time.Duration }
+// of a failed blocking query; its clock must be set.
+type backoff struct {
+	clock Clock
+	d     time.Duration
+}
 
 // wait logs err and sleeps the current backoff (returning early when ctx
 // ends), then doubles it.
@@ -218,12 +242,19 @@ func (b *backoff) wait(ctx context.Context, log hclog.Logger, msg string, err er
 		b.d = time.Second
 	}
 	log.Warn(msg, "error", err, "backoff", b.d)
-	sleep(ctx, b.d)
+	sleep(ctx, b.clock, b.d)
 	b.d = min(2*b.d, time.Minute)
 }
 
 // reset starts the next failure's backoff at 1 s again.
 func (b *backoff) reset() { b.d = 0 }
+
+// configured reports a handled configuration document to OnConfig.
+func (o AgentOptions) configured(cfg Config, err error) {
+	if o.OnConfig != nil {
+		o.OnConfig(cfg, err)
+	}
+}
 
 // nextIndex is the wait index for the next blocking query: the returned
 // index, or 0 when it went backwards (a restored server), to start over.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract/quote"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // Config is the controller's configuration (docs/contracts.md §4). It is read
@@ -233,10 +234,8 @@ func (c Config) problems() []error {
 	if c.Generations < 1 || c.Generations > 100000 {
 		bad("ga.generations", "must be in [1, 100000], got %d", c.Generations)
 	}
-	switch c.Policy {
-	case "pollux", "tiresias", "optimus":
-	default:
-		bad("policy", "want pollux, tiresias or optimus, got %q", truncate(c.Policy))
+	if _, err := policy.TraitsOf(c.Policy); err != nil {
+		bad("policy", "want %s, got %q", oneOf(policy.Names()), truncate(c.Policy))
 	}
 	if c.ExploreFactor < 1 || c.ExploreFactor > maxExploreFactor {
 		bad("explore_factor", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor)
@@ -262,4 +261,12 @@ func slicesHasEmpty(parts []string) bool {
 		}
 	}
 	return false
+}
+
+// oneOf lists names as "a, b or c".
+func oneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }

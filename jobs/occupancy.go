@@ -2,31 +2,34 @@ package jobs
 
 import "github.com/pollux-nomad/pollux/policy"
 
-// occupancy is, during the apply of a round, how many GPUs of each node no
-// allocation of a scheduled job holds: the nodes' free GPUs as the policy
-// saw them, less what the jobs' allocations hold now, updated as writes
-// move jobs.
+// occupancy is, while a round's changes are planned or written, how many
+// GPUs of each node no allocation of a scheduled job holds: the nodes'
+// free GPUs as the policy saw them, less what the jobs' allocations hold
+// now, updated as writes move jobs.
 type occupancy map[string]int
 
-func newOccupancy(nodes []policy.Node, entries []*entry) occupancy {
+// newOccupancy starts from nodes, less running (each scheduled job's
+// allocations).
+func newOccupancy(nodes []policy.Node, running [][]NodeGPUs) occupancy {
 	o := occupancy{}
 	for _, n := range nodes {
 		o[n.ID] += n.GPUs
 	}
-	for _, e := range entries {
-		for _, r := range e.job.Running {
+	for _, run := range running {
+		for _, r := range run {
 			o[r.Node] -= r.GPUs
 		}
 	}
 	return o
 }
 
-// fits reports whether Nomad can place want for the job now: on every
-// node, the GPUs it asks for are free or are the job's own (Nomad stops a
-// job's old allocation on a node in the plan that places its new one).
-func (o occupancy) fits(e *entry, want []NodeGPUs) bool {
+// fits reports whether Nomad can place want for a job running on running
+// now: on every node, the GPUs it asks for are free or are the job's own
+// (Nomad stops a job's old allocation on a node in the plan that places
+// its new one).
+func (o occupancy) fits(running, want []NodeGPUs) bool {
 	own := map[string]int{}
-	for _, r := range e.job.Running {
+	for _, r := range running {
 		own[r.Node] += r.GPUs
 	}
 	for _, w := range want {

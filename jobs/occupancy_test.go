@@ -6,16 +6,16 @@ import (
 	"github.com/pollux-nomad/pollux/policy"
 )
 
-func runningEntry(running ...NodeGPUs) *entry { return &entry{job: Job{Running: running}} }
+func running(r ...NodeGPUs) []NodeGPUs { return r }
 
 // TestOccupancySwap: two full nodes whose jobs trade places cannot be
 // written one after the other (Nomad keeps each job's old allocation until
 // its new one is placed), while a shrink frees GPUs a grow can then use.
 func TestOccupancySwap(t *testing.T) {
 	nodes := []policy.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}}
-	x := runningEntry(NodeGPUs{Node: "a", GPUs: 4})
-	y := runningEntry(NodeGPUs{Node: "b", GPUs: 4})
-	free := newOccupancy(nodes, []*entry{x, y})
+	x := running(NodeGPUs{Node: "a", GPUs: 4})
+	y := running(NodeGPUs{Node: "b", GPUs: 4})
+	free := newOccupancy(nodes, [][]NodeGPUs{x, y})
 	if free["a"] != 0 || free["b"] != 0 {
 		t.Fatalf("free %v, want none", free)
 	}
@@ -27,24 +27,24 @@ func TestOccupancySwap(t *testing.T) {
 		t.Fatal("staying on its own GPUs, or going to zero, does not fit")
 	}
 	// Stopping x first frees a: y can move there, then x to b.
-	free.move(x.job.Running, nil)
+	free.move(x, nil)
 	if !free.fits(y, toA) {
 		t.Fatalf("after stopping x, y does not fit on a: %v", free)
 	}
-	free.move(y.job.Running, toA)
-	if !free.fits(&entry{}, toB) {
+	free.move(y, toA)
+	if !free.fits(nil, toB) {
 		t.Fatalf("after y moved, x does not fit on b: %v", free)
 	}
 
 	// Shrink, then grow into what it freed.
-	y2 := runningEntry(NodeGPUs{Node: "b", GPUs: 4})
-	z := runningEntry()
-	free = newOccupancy(nodes, []*entry{x, y2, z})
+	y2 := running(NodeGPUs{Node: "b", GPUs: 4})
+	var z []NodeGPUs
+	free = newOccupancy(nodes, [][]NodeGPUs{x, y2, z})
 	half := []NodeGPUs{{Node: "b", GPUs: 2}}
 	if free.fits(z, half) {
 		t.Fatal("z fits on b before y shrinks")
 	}
-	free.move(y2.job.Running, half)
+	free.move(y2, half)
 	if !free.fits(z, half) || free.fits(z, []NodeGPUs{{Node: "b", GPUs: 3}}) {
 		t.Fatalf("after y shrank to 2: free %v", free)
 	}

@@ -208,7 +208,7 @@ func (j *job) reallocate(placement []int, delay float64) {
 }
 
 // info builds the policy's view of the job.
-func (j *job) info(mode Mode, now float64, maxReplicasCap, explore int) policy.Job {
+func (j *job) info(traits policy.Traits, now float64, maxReplicasCap, explore int) policy.Job {
 	pj := policy.Job{
 		ID:              j.name,
 		Submitted:       j.submitted,
@@ -217,17 +217,19 @@ func (j *job) info(mode Mode, now float64, maxReplicasCap, explore int) policy.J
 		NumRestarts:     max(j.restarts, 0),
 	}
 	app := j.app
-	switch mode {
-	case ModeTiresias:
-		pj.MaxReplicas = j.fixedGPUs
-	case ModeOptimus:
-		pj.MaxReplicas = j.fixedBatch / app.MinLocalBsz
+	batch := app.MaxBatchSize
+	if !traits.AdaptiveBatch {
+		batch = j.fixedBatch
+	}
+	pj.MaxReplicas = traits.MaxReplicas(policy.JobLimits{
+		Requested: j.fixedGPUs, Cap: maxReplicasCap, BatchLimit: batch / app.MinLocalBsz,
+		Profiled: j.maxProfile, Explore: explore,
+	})
+	if traits.NeedsOracle {
 		pj.Oracle = &oracle{j: j}
-	default:
-		pj.MaxReplicas = min(max(explore*j.maxProfile, 1), maxReplicasCap, app.MaxBatchSize/app.MinLocalBsz)
-		if j.perf != nil && j.haveGrad {
-			pj.Goodput = model.NewGoodputCache(j.goodputFunc(), j.bounds())
-		}
+	}
+	if traits.UsesGoodput && j.perf != nil && j.haveGrad {
+		pj.Goodput = model.NewGoodputCache(j.goodputFunc(), j.bounds())
 	}
 	if app.Name == "ncf" {
 		// The artifact runs NCF on one GPU only (simulator.py).

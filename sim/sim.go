@@ -14,33 +14,6 @@ import (
 	"github.com/pollux-nomad/pollux/workload"
 )
 
-// Mode says how the simulated jobs are configured, which depends on the
-// policy that drives them (simulator.py, Cluster.__init__).
-type Mode int
-
-const (
-	// ModePollux: adaptive jobs; the policy picks GPUs, the job picks its
-	// batch size from its fitted goodput model (NCF stays at M = 32768).
-	ModePollux Mode = iota
-	// ModeTiresias: each job runs on its trace's num_replicas GPUs at its
-	// trace's batch size.
-	ModeTiresias
-	// ModeOptimus: the policy picks GPUs, the batch size is the trace's.
-	ModeOptimus
-)
-
-// ModeFor returns the job mode for a policy name.
-func ModeFor(policyName string) Mode {
-	switch policyName {
-	case "tiresias":
-		return ModeTiresias
-	case "optimus":
-		return ModeOptimus
-	default:
-		return ModePollux
-	}
-}
-
 // Config configures a simulation. The zero value gives the artifact's
 // cluster: 16 nodes of 4 GPUs, 60 s rounds, 30 s restarts, no interference.
 type Config struct {
@@ -130,7 +103,7 @@ type Progress struct {
 // Simulator replays a workload on a simulated cluster under one policy.
 type Simulator struct {
 	cfg      Config
-	mode     Mode
+	traits   policy.Traits
 	pol      policy.Policy
 	workload string
 	jobs     []*job
@@ -147,9 +120,13 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 		return nil, fmt.Errorf("invalid simulator config: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	traits, err := policy.TraitsOf(pol.Name())
+	if err != nil {
+		return nil, err
+	}
 	s := &Simulator{
 		cfg:      cfg,
-		mode:     ModeFor(pol.Name()),
+		traits:   traits,
 		pol:      pol,
 		workload: workloadName,
 		alloc:    policy.Allocations{},
@@ -170,18 +147,21 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			completion: -1, restarts: -1,
 			profile: make(map[profileKey]struct{}),
 		}
-		switch s.mode {
-		case ModeTiresias:
-			j.fixedGPUs, j.fixedBatch = w.NumReplicas, w.BatchSize
-		case ModeOptimus:
-			j.fixedBatch = w.BatchSize
-		default:
-			j.fit = true
-			if app.Name == "ncf" {
-				j.fixedBatch = 32768
-			}
+		// How the job is configured depends on the policy that drives it
+		// (simulator.py, Cluster.__init__): a fixed-size job runs on its
+		// trace's num_replicas, a job whose batch size the policy does not
+		// adapt keeps its trace's batch_size, and an adaptive one is
+		// profiled and fitted (NCF stays at M = 32768).
+		if traits.Replicas == policy.RequestedReplicas {
+			j.fixedGPUs = w.NumReplicas
 		}
-		if s.mode != ModePollux && (j.fixedBatch < 1 || (s.mode == ModeTiresias && j.fixedGPUs < 1)) {
+		if !traits.AdaptiveBatch {
+			j.fixedBatch = w.BatchSize
+		} else if app.Name == "ncf" {
+			j.fixedBatch = 32768
+		}
+		j.fit = traits.UsesGoodput
+		if (!traits.AdaptiveBatch && j.fixedBatch < 1) || (traits.Replicas == policy.RequestedReplicas && j.fixedGPUs < 1) {
 			return nil, fmt.Errorf("job %d (%s): %s needs num_replicas and batch_size ≥ 1", i+1, w.Name, pol.Name())
 		}
 		s.jobs = append(s.jobs, j)
@@ -262,7 +242,7 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	in := policy.Input{Now: s.now, Nodes: s.nodes, Current: policy.Allocations{}}
 	for _, j := range s.jobs {
 		if j.submitted <= s.now && !j.done() {
-			in.Jobs = append(in.Jobs, j.info(s.mode, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor))
+			in.Jobs = append(in.Jobs, j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor))
 			if a := s.alloc[j.name]; len(a) > 0 {
 				in.Current[j.name] = a
 			}

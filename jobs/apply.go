@@ -1,0 +1,267 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pollux-nomad/pollux/contract"
+)
+
+// apply executes a plan: it checks the fence, writes the changes in the
+// plan's order, stops the jobs to vacate and then places them, and
+// publishes every job's decision. Each write is a check-and-set recorded
+// write-ahead in the job's state (see write). Whether a change can be
+// placed is checked again against what the writes really did: a job whose
+// new GPUs are still taken (the plan's vacate jobs, or a job behind a
+// write that failed) is set aside and stopped first, as Plan.Vacate says.
+// If ctx ends, the writes done are kept and the rest left to the next
+// round.
+func (c *Controller) apply(ctx context.Context, r *round, p Plan) {
+	hold := c.fenced(ctx, r, p)
+	writes := !p.DryRun && hold == ""
+	running := make([][]NodeGPUs, len(r.entries))
+	for i, e := range r.entries {
+		running[i] = e.job.Running
+	}
+	free := newOccupancy(r.in.Nodes, running)
+	var blocked []*Step
+	for i := range p.Steps {
+		if c.interrupted(ctx, i, len(p.Steps)) {
+			return
+		}
+		s := &p.Steps[i]
+		e := r.entries[s.Index]
+		if writes && s.Change && !free.fits(e.job.Running, s.Placement) {
+			blocked = append(blocked, s)
+			continue
+		}
+		before := e.job.Running
+		c.settle(ctx, r, p, e, s, hold)
+		if e.st.Applied {
+			free.move(before, s.Placement)
+		}
+	}
+	c.vacateAndPlace(ctx, r, p, blocked, free)
+}
+
+// fenced returns why no job may change this round: Consul failed during
+// it (the plan's hold), or the fence (the leader lock's check) refused.
+// Change nothing that cannot be vouched for.
+func (c *Controller) fenced(ctx context.Context, r *round, p Plan) string {
+	hold := p.Hold
+	if hold == "" && c.fence != nil && !p.DryRun {
+		if err := c.fence(ctx); err != nil {
+			hold = err.Error()
+			c.metrics.incError("fence")
+		}
+	}
+	if hold != "" {
+		r.status.Errors = append(r.status.Errors, "no job changed this round: "+hold)
+		c.log.Warn("holding every job this round", "reason", hold)
+	}
+	return hold
+}
+
+// interrupted reports whether the round's context ended (shutting down or
+// lost the lock) with left of n steps not done: the writes done so far
+// are recorded; the rest are left for the next leader's round.
+func (c *Controller) interrupted(ctx context.Context, done, n int) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	c.log.Info("round interrupted; leaving the remaining jobs as they are", "applied", done, "left", n-done, "error", ctx.Err())
+	return true
+}
+
+// vacateAndPlace stops the blocked jobs, then places those it stopped. A
+// job that could not be stopped keeps its placement until the next round:
+// moving it now would deadlock.
+func (c *Controller) vacateAndPlace(ctx context.Context, r *round, p Plan, blocked []*Step, free occupancy) {
+	var placeAfter []*Step
+	for i, s := range blocked {
+		if c.interrupted(ctx, i, len(blocked)) {
+			return
+		}
+		e := r.entries[s.Index]
+		if c.vacate(ctx, e, r.status) {
+			free.move(e.job.Running, nil)
+			placeAfter = append(placeAfter, s)
+			continue
+		}
+		why := "could not stop it ahead of its move"
+		if e.st.Error != "" {
+			why += ": " + e.st.Error
+		}
+		c.settle(ctx, r, p, e, s, why)
+	}
+	for i, s := range placeAfter {
+		if c.interrupted(ctx, i, len(placeAfter)) {
+			return
+		}
+		c.settle(ctx, r, p, r.entries[s.Index], s, "")
+	}
+}
+
+// settle carries out one step: it records the job's decision, writes a
+// change with check-and-set unless dry-run or held (hold says why), and
+// publishes the decision of a job whose spec has it.
+func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *Step, hold string) {
+	ref := e.job.JobRef
+	log := c.log.With("job_id", ref.String())
+	d := s.Decision
+	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
+	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
+	if !s.Change {
+		c.checkPlaced(ctx, e)
+		c.publish(ctx, ref, d)
+		return
+	}
+	e.st.Changed = true
+	if p.DryRun {
+		log.Info("would reallocate (dry run)", "from", contract.FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize)
+		return
+	}
+	if hold != "" {
+		e.st.Error = "held: " + hold
+		return
+	}
+	from := contract.FormatPlacement(e.job.Placement)
+	idx, ok := c.write(ctx, e, s.Alloc, d, r.status)
+	if !ok {
+		return
+	}
+	e.st.Applied = true
+	c.publish(context.WithoutCancel(ctx), ref, d)
+	log.Info("reallocated", "from", from, "to", d.Placement, "batch_size", d.BatchSize,
+		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
+}
+
+// vacate scales a job to zero ahead of its new placement (see
+// Plan.Vacate: a swap of GPUs between jobs). The job is consistent
+// meanwhile: no groups and the meta of a zero-GPU decision. It reports
+// whether the write happened.
+func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool {
+	d := Decide(e.spec, nil, nil, c.round)
+	from := contract.FormatPlacement(e.job.Placement)
+	idx, ok := c.write(ctx, e, nil, d, status)
+	if ok {
+		c.log.Info("stopped the job first: its new GPUs are held by a job that moves away in the same round", "job_id", e.job.JobRef.String(), "from", from, "job_modify_index", idx)
+	}
+	return ok
+}
+
+// write applies one decision to the job with check-and-set and records it
+// in the job's state (write-ahead: the intent is saved first). On success
+// the entry describes the job as written. It returns the job's new
+// JobModifyIndex and whether the write happened; a refused or failed write
+// is recorded in the job's status.
+func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Decision, status *Status) (uint64, bool) {
+	ref := e.job.JobRef
+	log := c.log.With("job_id", ref.String())
+	want := PlacementOf(alloc)
+	// A write that has begun is finished and recorded even if the round is
+	// cancelled (SIGTERM, lost lock) meanwhile: a request cut off half-way
+	// would leave the outcome unknown. The check-and-set keeps it safe.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
+	defer cancel()
+	// Write-ahead: record the intent, so that whoever runs the next round
+	// can tell whether this write happened if this process dies during it.
+	e.state.Pending = &PendingApply{Round: c.round, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
+	if !c.saveState(actx, ref, e.state) {
+		e.state.Pending = nil
+		e.st.Error = "held: cannot record the write in consul first"
+		return 0, false
+	}
+	idx, err := c.cluster.Apply(actx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta()})
+	switch {
+	case errors.Is(err, ErrConflict):
+		e.st.Conflict = true
+		status.Conflicts++
+		c.metrics.incConflict()
+		e.state.Pending = nil
+		c.saveState(actx, ref, e.state)
+		log.Warn("job changed since it was read; keeping the operator's version and deciding again next round", "read_index", e.job.JobModifyIndex)
+		return 0, false
+	case err != nil:
+		// Pending stays: the write may have happened (a timeout), and the
+		// next round's reconcile tells.
+		e.st.Error = err.Error()
+		status.Errors = append(status.Errors, fmt.Sprintf("%s: %v", ref, err))
+		c.metrics.incError("apply")
+		log.Error("failed to apply allocation", "error", err)
+		return 0, false
+	}
+	c.commit(e.state, alloc, &d, idx, c.now())
+	c.saveState(actx, ref, e.state)
+	e.job.JobModifyIndex, e.job.Placement, e.job.Unshaped = idx, want, false
+	return idx, true
+}
+
+// applyTimeout bounds one job's write with its bookkeeping.
+const applyTimeout = 30 * time.Second
+
+// placementGrace is how long after an apply a job may still wait for
+// Nomad to place it before the controller reports it.
+const placementGrace = 30 * time.Second
+
+// checkPlaced reports a job whose spec asks for a placement that Nomad has
+// not run. Right after an apply a blocked evaluation is normal (another
+// job of the same round still holds the GPUs, and Nomad retries when they
+// free up), so it is only reported placementGrace after the apply, with
+// Nomad's reason when the cluster can tell.
+func (c *Controller) checkPlaced(ctx context.Context, e *entry) {
+	if len(e.job.Placement) == 0 || SamePerNode(e.job.Placement, e.job.Running) {
+		return
+	}
+	if c.now().Sub(e.state.AppliedAt) < placementGrace {
+		return // Nomad is still moving allocations around
+	}
+	reason := "nomad runs " + contract.FormatPlacement(e.job.Running) + ", spec asks for " + contract.FormatPlacement(e.job.Placement)
+	if placer, ok := c.cluster.(Placer); ok {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		placed, why, err := placer.Placed(pctx, e.job.JobRef, e.job.JobModifyIndex)
+		cancel()
+		if err == nil && placed {
+			return // placed, allocations still starting
+		}
+		if why != "" {
+			reason = why
+		}
+	}
+	e.st.Error = "not placed: " + reason
+	c.metrics.incError("unplaced")
+	c.log.Warn("nomad has not placed the job as decided", "job_id", e.job.JobRef.String(), "reason", reason)
+}
+
+// SamePerNode compares placements as GPUs per node, ignoring rank order.
+func SamePerNode(a, b []NodeGPUs) bool {
+	m := map[string]int{}
+	for _, n := range a {
+		m[n.Node] += n.GPUs
+	}
+	for _, n := range b {
+		m[n.Node] -= n.GPUs
+	}
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// publish writes the decision key so workers can adopt it without a
+// restart.
+func (c *Controller) publish(ctx context.Context, ref JobRef, d Decision) {
+	raw, err := json.Marshal(d)
+	if err == nil {
+		err = c.kvPut(ctx, decisionKey(ref), raw)
+	}
+	if err != nil && !c.kvDown(err) {
+		c.log.Warn("failed to publish decision", "job_id", ref.String(), "error", err)
+		c.metrics.incError("write_decision")
+	}
+}

@@ -1,0 +1,414 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/jobstest"
+	"github.com/pollux-nomad/pollux/policy"
+)
+
+// fixture is a controller on the in-memory stand-ins, driven by a
+// scripted policy.
+type fixture struct {
+	t       *testing.T
+	clock   *jobstest.Clock
+	cluster *jobstest.Cluster
+	kv      *jobstest.KV
+	lock    *jobstest.Lock
+	policy  *scripted
+	cfg     jobs.Config
+}
+
+// scripted is a policy that returns the allocation a test set, and
+// remembers what it was asked.
+type scripted struct {
+	mu   sync.Mutex
+	next policy.Allocations
+	last policy.Input
+}
+
+func (s *scripted) Name() string { return "pollux" }
+
+func (s *scripted) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = in
+	out := policy.Allocations{}
+	for _, j := range in.Jobs {
+		if a := s.next[j.ID]; len(a) > 0 {
+			out[j.ID] = a
+		}
+	}
+	return out, nil
+}
+
+// set makes the policy give each job ("default/<id>") the listed nodes.
+func (s *scripted) set(alloc map[string][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next = policy.Allocations{}
+	for id, a := range alloc {
+		s.next["default/"+id] = a
+	}
+}
+
+func (s *scripted) input() policy.Input {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// newFixture returns stand-ins with the given nodes (id → GPUs).
+func newFixture(t *testing.T, nodes map[string]int) *fixture {
+	t.Helper()
+	clock := jobstest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	f := &fixture{
+		t: t, clock: clock, cluster: jobstest.NewCluster(clock), kv: jobstest.NewKV(clock),
+		lock: jobstest.NewLock(), policy: &scripted{}, cfg: jobs.DefaultConfig(),
+	}
+	if _, err := f.lock.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if g, ok := nodes[id]; ok {
+			f.cluster.AddNode(id, g)
+		}
+	}
+	return f
+}
+
+// controller returns a new controller instance over the fixture's
+// stand-ins, fenced by its lock.
+func (f *fixture) controller(instance string) *jobs.Controller {
+	f.t.Helper()
+	c, err := jobs.New(f.cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
+		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+// submit registers a valid Pollux job asking for gpus GPUs.
+func (f *fixture) submit(id string, gpus int) jobs.JobRef {
+	return f.cluster.Submit(id, map[string]string{
+		contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
+		contract.MetaMaxBatchSize: "4096", contract.MetaLocalBszMin: "32", contract.MetaLocalBszMax: "1024",
+	}, gpus)
+}
+
+func (f *fixture) round(c *jobs.Controller) *jobs.Status {
+	f.t.Helper()
+	st, err := c.Round(context.Background(), true)
+	if err != nil {
+		f.t.Fatalf("round: %v", err)
+	}
+	return st
+}
+
+func (f *fixture) job(ref jobs.JobRef) jobs.Job {
+	f.t.Helper()
+	j, ok := f.cluster.Job(ref)
+	if !ok {
+		f.t.Fatalf("no job %s", ref)
+	}
+	return j
+}
+
+// state reads the job's state document from the KV store.
+func (f *fixture) state(ref jobs.JobRef) jobs.State {
+	f.t.Helper()
+	raw, _, err := f.kv.Get(context.Background(), "jobs/"+ref.Namespace+"/"+ref.ID+"/state")
+	if err != nil {
+		f.t.Fatalf("state of %s: %v", ref, err)
+	}
+	var s jobs.State
+	if err := json.Unmarshal(raw, &s); err != nil {
+		f.t.Fatalf("state of %s: %v", ref, err)
+	}
+	return s
+}
+
+func jobLine(t *testing.T, st *jobs.Status, ref jobs.JobRef) jobs.JobStatus {
+	t.Helper()
+	for _, j := range st.Jobs {
+		if j.Job == ref.String() {
+			return j
+		}
+	}
+	t.Fatalf("job %s not in the status: %+v", ref, st.Jobs)
+	return jobs.JobStatus{}
+}
+
+func placement(s string) []jobs.NodeGPUs {
+	var out []jobs.NodeGPUs
+	for _, part := range strings.Split(s, ",") {
+		node, n, _ := strings.Cut(part, ":")
+		out = append(out, jobs.NodeGPUs{Node: node, GPUs: int(n[0] - '0')})
+	}
+	return out
+}
+
+// TestReconcileAfterLostAnswer: Nomad applied a write but its answer was
+// lost. The pending write stays recorded, and the next leader finds the
+// job at the pending placement and completes the bookkeeping instead of
+// writing again; a write that did not happen is decided afresh.
+func TestReconcileAfterLostAnswer(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	a := f.submit("a", 1)
+	f.policy.set(map[string][]string{"a": {"n1", "n1"}})
+	lost := errors.New("connection reset by peer")
+	f.cluster.SetHooks(jobstest.Hooks{AfterApply: func(jobs.Change) error { return lost }})
+	st := f.round(f.controller("first"))
+	if line := jobLine(t, st, a); line.Applied || !strings.Contains(line.Error, lost.Error()) {
+		t.Fatalf("round with a lost answer: %+v", line)
+	}
+	written := f.job(a)
+	s := f.state(a)
+	if s.Pending == nil || s.Pending.ReadIndex >= written.JobModifyIndex || !jobs.SamePlacement(written.Placement, placement("n1:2")) {
+		t.Fatalf("after the lost answer: pending %+v, job at %d placed %v", s.Pending, written.JobModifyIndex, written.Placement)
+	}
+
+	f.cluster.SetHooks(jobstest.Hooks{})
+	next := f.controller("second")
+	next.TakeOver(context.Background())
+	st = f.round(next)
+	s = f.state(a)
+	if s.Pending != nil || s.AppliedIndex != written.JobModifyIndex || len(s.Allocation) != 2 || s.Restarts != 0 {
+		t.Fatalf("reconciled state: %+v, want the write at %d recorded", s, written.JobModifyIndex)
+	}
+	if got := f.job(a).JobModifyIndex; got != written.JobModifyIndex || jobLine(t, st, a).Changed {
+		t.Fatalf("the job was written again: index %d, was %d", got, written.JobModifyIndex)
+	}
+
+	// A write that failed before reaching Nomad is dropped and redone.
+	f.policy.set(map[string][]string{"a": {"n1", "n1", "n1"}})
+	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(jobs.Change) error { return lost }})
+	f.round(next)
+	if s := f.state(a); s.Pending == nil || f.job(a).JobModifyIndex != written.JobModifyIndex {
+		t.Fatalf("failed write: pending %+v, job index %d", s.Pending, f.job(a).JobModifyIndex)
+	}
+	f.cluster.SetHooks(jobstest.Hooks{})
+	third := f.controller("third")
+	third.TakeOver(context.Background())
+	st = f.round(third)
+	s = f.state(a)
+	if !jobLine(t, st, a).Applied || s.Pending != nil || s.AppliedIndex != f.job(a).JobModifyIndex || len(s.Allocation) != 3 || s.Restarts != 1 {
+		t.Fatalf("after a write that did not happen: %+v, state %+v", jobLine(t, st, a), s)
+	}
+}
+
+// TestSwapVacatesFirst: two full nodes whose jobs trade places deadlock
+// on the stand-in cluster when written directly (as on Nomad); the
+// controller stops both first and then places them.
+func TestSwapVacatesFirst(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, map[string]int{"n1": 2, "n2": 2})
+	a, b := f.submit("a", 2), f.submit("b", 2)
+	f.policy.set(map[string][]string{"a": {"n1", "n1"}, "b": {"n2", "n2"}})
+	c := f.controller("ctl")
+	f.round(c)
+	if !jobs.SamePerNode(f.job(a).Running, placement("n1:2")) || !jobs.SamePerNode(f.job(b).Running, placement("n2:2")) {
+		t.Fatalf("setup: a runs %v, b runs %v", f.job(a).Running, f.job(b).Running)
+	}
+
+	// Written one after the other, the swap never completes.
+	direct := newFixture(t, map[string]int{"n1": 2, "n2": 2})
+	da, db := direct.submit("a", 2), direct.submit("b", 2)
+	for _, w := range []struct {
+		ref  jobs.JobRef
+		want string
+	}{{da, "n2:2"}, {db, "n1:2"}} {
+		if _, err := direct.cluster.Apply(ctx, jobs.Change{Job: w.ref, JobModifyIndex: direct.job(w.ref).JobModifyIndex, Placement: placement(w.want)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ref := range []jobs.JobRef{da, db} {
+		if ok, _, _ := direct.cluster.Placed(ctx, ref, 0); ok {
+			t.Fatalf("the stand-in placed %s through a swap: it does not model the deadlock", ref)
+		}
+	}
+
+	f.policy.set(map[string][]string{"a": {"n2", "n2"}, "b": {"n1", "n1"}})
+	st := f.round(c)
+	for ref, want := range map[jobs.JobRef]string{a: "n2:2", b: "n1:2"} {
+		j := f.job(ref)
+		if !jobLine(t, st, ref).Applied || !jobs.SamePerNode(j.Running, placement(want)) || !jobs.SamePerNode(j.Placement, placement(want)) {
+			t.Fatalf("%s after the swap: %+v, runs %v, spec %v; want %s", ref, jobLine(t, st, ref), j.Running, j.Placement, want)
+		}
+		if s := f.state(ref); s.Restarts != 1 || s.Pending != nil {
+			t.Fatalf("%s state: %+v", ref, s)
+		}
+	}
+}
+
+// TestConflictKeepsOperatorEdit: an operator edits the job between the
+// controller's read and its write; the check-and-set refuses the write,
+// the edit stays, and the next round decides on the edited job.
+func TestConflictKeepsOperatorEdit(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	a := f.submit("a", 1)
+	f.policy.set(map[string][]string{"a": {"n1", "n1"}})
+	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
+		f.cluster.SetHooks(jobstest.Hooks{})
+		return f.cluster.Edit(ch.Job, func(j *jobs.Job) { j.Meta["owner"] = "ops" })
+	}})
+	c := f.controller("ctl")
+	st := f.round(c)
+	line := jobLine(t, st, a)
+	edited := f.job(a)
+	if !line.Conflict || line.Applied || st.Conflicts != 1 || edited.Meta["owner"] != "ops" || len(edited.Placement) != 0 || edited.Meta[contract.MetaRound] != "" {
+		t.Fatalf("conflicting round: %+v (conflicts %d), job %+v", line, st.Conflicts, edited)
+	}
+	if s := f.state(a); s.Pending != nil || s.AppliedIndex != 0 {
+		t.Fatalf("state after the conflict: %+v", s)
+	}
+	st = f.round(c)
+	j := f.job(a)
+	if !jobLine(t, st, a).Applied || j.Meta["owner"] != "ops" || !jobs.SamePlacement(j.Placement, placement("n1:2")) {
+		t.Fatalf("next round: %+v, job %+v", jobLine(t, st, a), j)
+	}
+}
+
+// TestFenceHoldsWithoutLock: a controller that lost the lock before the
+// apply changes nothing; one that loses it during the apply (the agent
+// cancels the round) finishes the write in progress and leaves the rest.
+func TestFenceHoldsWithoutLock(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	a, b := f.submit("a", 1), f.submit("b", 1)
+	f.policy.set(map[string][]string{"a": {"n1", "n1"}, "b": {"n1", "n1"}})
+	c := f.controller("ctl")
+	f.lock.Lose()
+	before := f.job(a).JobModifyIndex
+	st := f.round(c)
+	if len(st.Errors) == 0 || !strings.Contains(st.Errors[0], jobstest.ErrLockLost.Error()) || f.job(a).JobModifyIndex != before ||
+		!strings.HasPrefix(jobLine(t, st, a).Error, "held: ") {
+		t.Fatalf("round without the lock: errors %v, %+v", st.Errors, jobLine(t, st, a))
+	}
+
+	if _, err := f.lock.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.cluster.SetHooks(jobstest.Hooks{AfterApply: func(jobs.Change) error {
+		f.lock.Lose()
+		cancel() // as the agent does when the lock is lost
+		return nil
+	}})
+	bBefore := f.job(b).JobModifyIndex
+	st, err := c.Round(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !jobLine(t, st, a).Applied || jobLine(t, st, b).Decision != nil || f.job(b).JobModifyIndex != bBefore {
+		t.Fatalf("interrupted round: a %+v, b %+v (index %d, was %d)", jobLine(t, st, a), jobLine(t, st, b), f.job(b).JobModifyIndex, bBefore)
+	}
+	if s := f.state(a); s.Pending != nil || s.AppliedIndex != f.job(a).JobModifyIndex {
+		t.Fatalf("the write in progress was not recorded: %+v", s)
+	}
+	raw, _, err := f.kv.Get(context.Background(), "status")
+	var saved jobs.Status
+	if err != nil || json.Unmarshal(raw, &saved) != nil || saved.Round != st.Round {
+		t.Fatalf("status of the interrupted round: %s, %v", raw, err)
+	}
+}
+
+// TestJobTurningInvalid: a running job whose meta an operator breaks is
+// reported invalid, left untouched, and keeps its GPUs out of the
+// policy's hands.
+func TestJobTurningInvalid(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 2})
+	a, b := f.submit("a", 1), f.submit("b", 1)
+	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n1"}})
+	c := f.controller("ctl")
+	f.round(c)
+	if err := f.cluster.Edit(a, func(j *jobs.Job) { j.Meta[contract.MetaInitBatchSize] = "lots" }); err != nil {
+		t.Fatal(err)
+	}
+	edited := f.job(a)
+	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n1"}})
+	st := f.round(c)
+	line := jobLine(t, st, a)
+	if line.State != jobs.StateInvalid || !strings.Contains(line.Error, contract.MetaInitBatchSize) {
+		t.Fatalf("invalid job: %+v", line)
+	}
+	if j := f.job(a); j.JobModifyIndex != edited.JobModifyIndex || !jobs.SamePerNode(j.Running, placement("n1:1")) {
+		t.Fatalf("the invalid job was touched: index %d (was %d), runs %v", j.JobModifyIndex, edited.JobModifyIndex, j.Running)
+	}
+	in := f.policy.input()
+	if len(in.Jobs) != 1 || in.Jobs[0].ID != b.String() || len(in.Nodes) != 1 || in.Nodes[0].GPUs != 1 {
+		t.Fatalf("policy input: jobs %+v, nodes %+v; want only b, and one GPU of n1 (a holds the other)", in.Jobs, in.Nodes)
+	}
+}
+
+// TestAttainedServiceSaved: the GPU-time a job attains is saved every
+// round it holds GPUs, so that a new leader (Tiresias orders by it)
+// starts from the right value, not from the last refit or write.
+func TestAttainedServiceSaved(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 2})
+	a := f.submit("a", 2)
+	f.policy.set(map[string][]string{"a": {"n1", "n1"}})
+	c := f.controller("first")
+	c.TakeOver(context.Background())
+	f.round(c)
+	f.clock.Advance(time.Minute)
+	f.round(c)
+	if got := f.state(a).AttainedService; got != 120 {
+		t.Fatalf("saved attained service %g GPU-seconds, want 2 GPUs × 60 s = 120", got)
+	}
+	next := f.controller("second")
+	next.TakeOver(context.Background())
+	f.round(next)
+	if in := f.policy.input(); len(in.Jobs) != 1 || in.Jobs[0].AttainedService != 120 {
+		t.Fatalf("the new leader's policy input: %+v, want attained service 120", in.Jobs)
+	}
+}
+
+// TestPolicyKeptBetweenRounds: the controller creates its policy by name
+// and keeps it (the GA's population, Tiresias' queues) while the settings
+// it reads stay; changing them, or the policy, makes a new one.
+func TestPolicyKeptBetweenRounds(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 1})
+	var made []string
+	c, err := jobs.New(f.cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now,
+		NewPolicy: func(name string, s policy.Settings) (policy.Policy, error) {
+			made = append(made, name)
+			return policy.New(name, s)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.submit("a", 1)
+	set := func(mutate func(*jobs.Config)) {
+		cfg := c.Config()
+		mutate(&cfg)
+		if err := c.SetConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		f.round(c)
+	}
+	f.round(c)
+	f.round(c)
+	set(func(cfg *jobs.Config) { cfg.Interval = time.Hour }) // not a policy setting
+	set(func(cfg *jobs.Config) { cfg.Policy = "tiresias" })  // another policy
+	set(func(cfg *jobs.Config) { cfg.Population = 20 })      // not Tiresias'
+	set(func(cfg *jobs.Config) { cfg.Policy = "pollux" })    // population changed meanwhile
+	set(func(cfg *jobs.Config) { cfg.DryRun = true })        // not a policy setting
+	if want := []string{"pollux", "tiresias", "pollux"}; !slices.Equal(made, want) {
+		t.Fatalf("policies made: %v, want %v", made, want)
+	}
+}

@@ -1,0 +1,189 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/metrics"
+	"github.com/pollux-nomad/pollux/model"
+)
+
+// fitJobs loads each entry's state, settles a pending write and refits
+// its model from new metrics. A job whose state cannot be read is held as
+// it is: without it, its restarts, pending write and model are unknown.
+func (c *Controller) fitJobs(ctx context.Context, r *round) {
+	scheduled := r.entries[:0]
+	for _, e := range r.entries {
+		s, err := c.loadState(ctx, e.job.JobRef)
+		if err != nil {
+			r.hold(e.job)
+			e.st.State, e.st.Error = StateError, "held: "+err.Error()
+			continue
+		}
+		e.state = s
+		c.reconcile(ctx, e)
+		c.refit(ctx, e)
+		if c.dirty {
+			c.saveState(ctx, e.job.JobRef, e.state)
+		}
+		e.st.State = StateScheduled
+		scheduled = append(scheduled, e)
+	}
+	r.entries = scheduled
+	if c.kvErr == nil {
+		c.dirty = false
+	}
+}
+
+// accrue adds the GPU-seconds each job held since the last round to its
+// attained service (Tiresias orders jobs by it) and saves the state of
+// every job that held GPUs, so that a new leader starts from the value
+// (one write per running job and round, as the decision's).
+func (c *Controller) accrue(ctx context.Context, r *round) {
+	if !c.lastTime.IsZero() {
+		dt := r.start.Sub(c.lastTime).Seconds()
+		for _, e := range r.entries {
+			held := 0
+			for _, run := range e.job.Running {
+				held += run.GPUs
+			}
+			if held == 0 || dt <= 0 {
+				continue
+			}
+			e.state.AttainedService = min(e.state.AttainedService+float64(held)*dt, maxAttainedService)
+			if ctx.Err() == nil {
+				c.saveState(ctx, e.job.JobRef, e.state)
+			}
+		}
+	}
+	c.lastTime = r.start
+}
+
+// loadState returns the job's state from memory, else from Consul, else
+// (no key, or an unreadable one) a fresh one. It fails only when Consul
+// cannot be read: a fresh state then would overwrite the real one.
+func (c *Controller) loadState(ctx context.Context, ref JobRef) (*State, error) {
+	if s, ok := c.states[ref]; ok {
+		return s, nil
+	}
+	s := &State{Version: stateVersion}
+	raw, _, err := c.kvGet(ctx, stateKey(ref))
+	switch {
+	case err == nil:
+		if loaded, perr := parseState(raw); perr != nil {
+			c.log.Warn("ignoring unreadable state", "job_id", ref.String(), "error", perr)
+		} else {
+			s = loaded
+			c.log.Info("resumed job state from consul", "job_id", ref.String(), "profile_points", s.ProfilePoints, "restarts", s.Restarts)
+		}
+	case errors.Is(err, ErrNotFound):
+	default:
+		return nil, fmt.Errorf("failed to read state: %w", err)
+	}
+	c.states[ref] = s
+	return s, nil
+}
+
+// reconcile settles a write recorded as pending (the controller that made
+// it died, or its answer was lost): if the job now has the pending
+// placement at a newer index, the write happened and its bookkeeping is
+// completed; otherwise it did not, and this round decides afresh.
+func (c *Controller) reconcile(ctx context.Context, e *entry) {
+	p := e.state.Pending
+	if p == nil {
+		return
+	}
+	log := c.log.With("job_id", e.job.JobRef.String(), "pending_round", p.Round)
+	if e.job.JobModifyIndex != p.ReadIndex && SamePlacement(PlacementOf(p.Allocation), e.job.Placement) {
+		c.commit(e.state, p.Allocation, p.Decision, e.job.JobModifyIndex, p.At)
+		log.Info("completed the bookkeeping of an interrupted write: the job has its new placement", "placement", contract.FormatPlacement(e.job.Placement), "job_modify_index", e.job.JobModifyIndex)
+	} else {
+		e.state.Pending = nil
+		log.Info("an interrupted write did not happen; deciding again", "read_index", p.ReadIndex, "job_modify_index", e.job.JobModifyIndex)
+	}
+	c.saveState(ctx, e.job.JobRef, e.state)
+}
+
+// commit records an applied write in a job's state.
+func (c *Controller) commit(s *State, alloc []string, d *Decision, index uint64, at time.Time) {
+	if len(s.Allocation) > 0 {
+		s.Restarts++
+	}
+	s.Allocation = alloc
+	s.Decision = d
+	s.AppliedIndex = index
+	s.AppliedAt = at
+	s.Pending = nil
+}
+
+// refit reads the job's metrics document and refits the model when the
+// document is new. A bad document keeps the previous fit.
+func (c *Controller) refit(ctx context.Context, e *entry) {
+	ref := e.job.JobRef
+	raw, idx, err := c.kvGet(ctx, metricsKey(ref))
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		c.log.Debug("failed to read metrics; keeping the previous model", "job_id", ref.String(), "error", err)
+		c.metrics.incError("read_metrics")
+	case idx != e.state.MetricsIndex:
+		doc, perr := contract.ParseMetrics(raw)
+		if perr == nil {
+			var perf model.PerfParams
+			points := metrics.ProfilePoints(doc)
+			perf, perr = model.FitPerfParams(points)
+			if perr == nil {
+				// A fit the state parser would refuse (extreme but finite
+				// timings) must not be saved: the next leader would drop
+				// the whole state with it.
+				if verr := perf.Validate(); verr != nil {
+					perr = fmt.Errorf("fitted model out of range: %w", verr)
+				}
+			}
+			if perr == nil {
+				grad := metrics.GradParams(doc)
+				sp, sg := contract.PerfParams(perf), contract.GradParams(grad)
+				e.state.Perf, e.state.Grad = &sp, &sg
+				e.state.ProfilePoints = len(points)
+				e.state.MaxProfiled = 0
+				for _, p := range points {
+					e.state.MaxProfiled = max(e.state.MaxProfiled, p.Replicas)
+				}
+				e.state.MetricsError = ""
+				e.st.Fitted = true
+			}
+		}
+		e.state.MetricsIndex = idx
+		if perr != nil {
+			e.state.MetricsError = perr.Error()
+			c.log.Warn("rejected metrics document; keeping the previous model", "job_id", ref.String(), "error", perr)
+			c.metrics.incError("bad_metrics")
+		}
+		c.saveState(ctx, ref, e.state)
+	}
+	e.st.Error = e.state.MetricsError
+	if e.state.Perf != nil && e.state.Grad != nil {
+		e.fit = &model.GoodputFunc{Perf: model.PerfParams(*e.state.Perf), Grad: model.GradParams(*e.state.Grad), InitBatchSize: float64(e.spec.InitBatchSize)}
+	}
+}
+
+// saveState persists a job's state; it reports whether the write
+// succeeded.
+func (c *Controller) saveState(ctx context.Context, ref JobRef, s *State) bool {
+	raw, err := json.Marshal(s)
+	if err == nil {
+		err = c.kvPut(ctx, stateKey(ref), raw)
+	}
+	if err != nil {
+		if !c.kvDown(err) {
+			c.log.Warn("failed to persist state", "job_id", ref.String(), "error", err)
+			c.metrics.incError("write_state")
+		}
+		return false
+	}
+	return true
+}

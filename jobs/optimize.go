@@ -1,0 +1,107 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/pollux-nomad/pollux/model"
+	"github.com/pollux-nomad/pollux/policy"
+)
+
+// optimize builds the policy's input and runs the policy.
+func (c *Controller) optimize(ctx context.Context, r *round) error {
+	r.in = c.input(r)
+	for _, n := range r.in.Nodes {
+		r.status.GPUs += n.GPUs
+	}
+	r.status.Nodes = len(r.in.Nodes)
+	pol, err := c.policyFor(r.cfg)
+	if err != nil {
+		return fmt.Errorf("failed to create policy: %w", err)
+	}
+	r.next = policy.Allocations{}
+	if len(r.in.Jobs) > 0 {
+		r.next, err = optimizeSafely(ctx, pol, r.in)
+		if err != nil {
+			c.metrics.incError("optimize")
+			return fmt.Errorf("failed to optimize: %w", err)
+		}
+	}
+	return nil
+}
+
+// optimizeSafely runs the policy and turns a panic (a bug, or input the
+// policy did not foresee) into an error, so that one bad round holds the
+// jobs as they are instead of bringing the controller down.
+func optimizeSafely(ctx context.Context, pol policy.Policy, in policy.Input) (out policy.Allocations, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("policy %s panicked: %v", pol.Name(), r)
+		}
+	}()
+	return pol.Optimize(ctx, in)
+}
+
+// input builds the policy's view of the cluster: the nodes by ID with
+// the GPUs the policy may hand out, and the entries in submission order
+// (it sorts r.entries so).
+func (c *Controller) input(r *round) policy.Input {
+	in := policy.Input{Now: float64(r.start.Unix()), Current: policy.Allocations{}}
+	nodes := r.nodes
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+	total := 0
+	for _, n := range nodes {
+		free := max(n.GPUs-n.UsedByOthers-r.held[n.ID], 0)
+		in.Nodes = append(in.Nodes, policy.Node{ID: n.ID, GPUs: free})
+		total += free
+	}
+	sort.SliceStable(r.entries, func(i, j int) bool { return r.entries[i].job.SubmitTime.Before(r.entries[j].job.SubmitTime) })
+	for _, e := range r.entries {
+		pj := c.policyJob(r, e, total)
+		in.Jobs = append(in.Jobs, pj)
+		if a := AllocOf(e.job.Placement); len(a) > 0 {
+			in.Current[pj.ID] = a
+		}
+	}
+	return in
+}
+
+// policyJob is one entry as the policy sees it; total is the GPUs the
+// policy may hand out.
+func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
+	limits := policy.JobLimits{
+		// A fixed-size job asks for pollux_max_gpus, else pollux_min_gpus.
+		Requested:  e.spec.MinGPUs,
+		Cap:        total,
+		BatchLimit: e.spec.MaxBatchSize / e.spec.LocalBszMin,
+		Profiled:   e.state.MaxProfiled,
+		Explore:    r.cfg.ExploreFactor,
+	}
+	if e.spec.MaxGPUs > 0 {
+		limits.Requested = e.spec.MaxGPUs
+		limits.Cap = min(limits.Cap, e.spec.MaxGPUs)
+	}
+	if r.cfg.MaxGPUsPerJob > 0 {
+		limits.Cap = min(limits.Cap, r.cfg.MaxGPUsPerJob)
+	}
+	pj := policy.Job{
+		ID:              e.job.JobRef.String(),
+		Submitted:       float64(e.job.SubmitTime.Unix()),
+		Age:             r.start.Sub(e.job.SubmitTime).Seconds(),
+		AttainedService: e.state.AttainedService,
+		MinReplicas:     e.spec.MinGPUs,
+		MaxReplicas:     max(r.traits.MaxReplicas(limits), 0),
+		NumRestarts:     e.state.Restarts,
+	}
+	if pj.MinReplicas > pj.MaxReplicas {
+		pj.MinReplicas = pj.MaxReplicas
+	}
+	if r.traits.UsesGoodput && e.fit != nil {
+		pj.Goodput = model.NewGoodputCache(*e.fit, e.spec.Bounds())
+	}
+	if r.traits.NeedsOracle && c.oracle != nil {
+		pj.Oracle = c.oracle(e.job, e.spec)
+	}
+	return pj
+}

@@ -1,0 +1,135 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Traits describe what a policy needs from whoever runs it (the Nomad
+// controller, the simulator, the demo), so that they can ask the policy
+// instead of switching on its name.
+type Traits struct {
+	// UsesGoodput is true when the policy decides from the jobs' fitted
+	// goodput models, so the runner must profile the jobs and fit them.
+	UsesGoodput bool
+	// AdaptiveBatch is true when a job's batch size is chosen for its
+	// placement from its fitted model (Pollux, OSDI '21, §3.3). Otherwise
+	// the job keeps the batch size it was submitted with (the trace's).
+	AdaptiveBatch bool
+	// NeedsOracle is true when every job must carry an Oracle (its true
+	// remaining work and step time).
+	NeedsOracle bool
+	// Replicas says how a job's MaxReplicas is bounded.
+	Replicas ReplicaBound
+}
+
+// ReplicaBound is how a policy bounds the GPUs of one job.
+type ReplicaBound int
+
+const (
+	// ExploreReplicas: at most ExploreFactor times the most GPUs the job
+	// has been profiled on (at least 1), within Cap and BatchLimit.
+	ExploreReplicas ReplicaBound = iota
+	// RequestedReplicas: exactly the job's requested GPU count.
+	RequestedReplicas
+	// BatchReplicas: within Cap and BatchLimit only.
+	BatchReplicas
+)
+
+// JobLimits are the numbers a job's MaxReplicas is computed from; which of
+// them count is the policy's ReplicaBound.
+type JobLimits struct {
+	// Requested is the job's fixed GPU count (RequestedReplicas).
+	Requested int
+	// Cap is the most GPUs the runner lets any job have (cluster size,
+	// operator cap, the job's own maximum).
+	Cap int
+	// BatchLimit is the most GPUs the job's batch size allows at the
+	// smallest per-GPU batch.
+	BatchLimit int
+	// Profiled is the most GPUs the job has been profiled on, and Explore
+	// the factor it may grow beyond that (ExploreReplicas).
+	Profiled, Explore int
+}
+
+// MaxReplicas returns the job's GPU bound under this policy.
+func (t Traits) MaxReplicas(l JobLimits) int {
+	switch t.Replicas {
+	case RequestedReplicas:
+		return l.Requested
+	case BatchReplicas:
+		return min(l.Cap, l.BatchLimit)
+	default:
+		return min(l.Cap, max(l.Explore*l.Profiled, 1), l.BatchLimit)
+	}
+}
+
+// Settings configure the policies a runner creates by name; each policy
+// reads its own part.
+type Settings struct {
+	Pollux   PolluxConfig
+	Tiresias TiresiasConfig
+}
+
+// kind is one registered policy.
+type kind struct {
+	traits Traits
+	// uses keeps the part of the settings the policy reads.
+	uses func(Settings) Settings
+	make func(Settings) (Policy, error)
+}
+
+var kinds = map[string]kind{
+	"pollux": {
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: ExploreReplicas},
+		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
+		make:   func(s Settings) (Policy, error) { return NewPollux(s.Pollux) },
+	},
+	"tiresias": {
+		traits: Traits{Replicas: RequestedReplicas},
+		uses:   func(s Settings) Settings { return Settings{Tiresias: s.Tiresias} },
+		make:   func(s Settings) (Policy, error) { return NewTiresias(s.Tiresias) },
+	},
+	"optimus": {
+		traits: Traits{NeedsOracle: true, Replicas: BatchReplicas},
+		uses:   func(Settings) Settings { return Settings{} },
+		make:   func(Settings) (Policy, error) { return NewOptimus(), nil },
+	},
+}
+
+// Names lists the policies New knows, Pollux first.
+func Names() []string { return []string{"pollux", "tiresias", "optimus"} }
+
+func lookup(name string) (kind, error) {
+	k, ok := kinds[name]
+	if !ok {
+		return kind{}, fmt.Errorf("unknown policy %q (want one of %s)", name, strings.Join(Names(), ", "))
+	}
+	return k, nil
+}
+
+// New returns a fresh policy by name, configured by its part of s.
+func New(name string, s Settings) (Policy, error) {
+	k, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return k.make(s)
+}
+
+// TraitsOf returns what the named policy needs.
+func TraitsOf(name string) (Traits, error) {
+	k, err := lookup(name)
+	return k.traits, err
+}
+
+// Relevant returns the part of s the named policy reads (the zero
+// Settings for an unknown name): a runner that keeps a policy between
+// rounds recreates it only when this part changes.
+func Relevant(name string, s Settings) Settings {
+	k, err := lookup(name)
+	if err != nil {
+		return Settings{}
+	}
+	return k.uses(s)
+}
