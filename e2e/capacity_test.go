@@ -98,13 +98,25 @@ func TestMoreJobsThanGPUs(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	st, err = c.Round(ctx, true)
-	if err != nil {
-		t.Fatal(err)
+	// A purged job's allocations keep DesiredStatus "run" until Nomad has
+	// processed the purge, while its own allocation list is already gone:
+	// for a moment its GPUs still count as held by a job outside Pollux.
+	// The controller places the waiting job in the first round that sees
+	// them free.
+	var js contract.JobStatus
+	for round := 1; ; round++ {
+		st, err = c.Round(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js = jobStatus(t, st, zero)
+		if js.Applied || round == 5 {
+			break
+		}
+		time.Sleep(time.Second)
 	}
-	js := jobStatus(t, st, zero)
 	if js.State != contract.StateScheduled || !js.Applied || js.GPUs < 4 {
-		t.Fatalf("after %s ended, the zero-GPU job: %+v, want scheduled and placed on at least 4 GPUs", gone, js)
+		t.Fatalf("after %s ended, the zero-GPU job: %+v, want scheduled and placed on at least 4 GPUs within 5 rounds", gone, js)
 	}
 	got := e.waitPlaced(t, zero, 90*time.Second)
 	t.Logf("%s placed on %s once %s ended", zero, contract.FormatPlacement(got), gone)
