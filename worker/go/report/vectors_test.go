@@ -16,9 +16,9 @@ import (
 	"github.com/pollux-nomad/pollux/worker/go/report"
 )
 
-var update = flag.Bool("update", false, "regenerate ../testdata/reporter-vectors.json from the Go reporter")
+var update = flag.Bool("update", false, "regenerate worker/testdata/reporter-vectors.json from the Go reporter")
 
-const vectorsFile = "../testdata/reporter-vectors.json"
+const vectorsFile = "../../testdata/reporter-vectors.json"
 
 // vector is one shared test case: the Go and the Python reporter replay
 // the observations against a real Consul, with the fixed timestamp, and
