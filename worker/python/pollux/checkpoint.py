@@ -38,7 +38,6 @@ from pollux import env
 __all__ = ["State", "CheckpointError", "save_all_states", "load_state", "latest", "check_writable"]
 
 _log = logging.getLogger("pollux.checkpoint")
-_log.addHandler(logging.NullHandler())
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _DIR = re.compile(r"ckpt-([0-9]{8})\Z")
