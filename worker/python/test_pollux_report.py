@@ -157,7 +157,7 @@ class FormatTest(unittest.TestCase):
 class ExampleTest(unittest.TestCase):
     def test_example_compiles(self):
         # Compiled, not imported: PyTorch is not needed to run the tests.
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_train.py")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "examples", "train_digits.py")
         with open(path) as f:
             compile(f.read(), path, "exec")
 

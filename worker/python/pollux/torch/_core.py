@@ -149,3 +149,15 @@ def exit_stopped():
         ctx.model._close_reporter()
     _log.info("stopping after the checkpoint (SIGTERM)")
     sys.exit(EXIT_STOPPED)
+
+
+def _reset_for_tests():
+    """Forget this process's library state (unit tests run several
+    single-replica set-ups in one process)."""
+    global ctx
+    ctx.__init__()
+    checkpoint._STATES.clear()
+    checkpoint._loaded = None
+    checkpoint._loaded_meta = None
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
