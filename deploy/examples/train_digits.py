@@ -61,7 +61,8 @@ def main():
     probe = torch.tensor([float(rank)])
     if world > 1:
         dist.all_reduce(probe)
-    log("start", world=world, rank_sum=probe.item(), round=meta("round", 0, int),
+    pollux_round = meta("round", 0, int)
+    log("start", world=world, rank_sum=probe.item(), round=pollux_round,
         finished_epochs=pollux.torch.finished_epochs(), restarts=pollux.env.num_restarts())
 
     digits = load_digits()
@@ -100,7 +101,7 @@ def main():
             stats["total"] += len(targets)
             if trainloader.is_sync_step:
                 if rank == 0:
-                    log("step", step=net.steps, epoch=epoch, world=world, batch_size=trainloader.step.size,
+                    log("step", step=net.steps, epoch=epoch, world=world, round=pollux_round, batch_size=trainloader.step.size,
                         full_batch_size=trainloader.current_batch_size, local_bsz=trainloader.current_local_bsz,
                         accum_steps=trainloader.accumulation_steps, lr=net.last_lr[0], lr_factor=net.lr_factor,
                         base_lr=scheduler.get_last_lr()[0], grad_sqr=net.grad_sqr, grad_var=net.grad_var)
@@ -116,7 +117,7 @@ def main():
         with stats.synchronized():
             acc = stats["correct"] / max(stats["valid"], 1)
             if rank == 0:
-                log("epoch", epoch=epoch, step=net.steps, world=world, val_acc=acc,
+                log("epoch", epoch=epoch, step=net.steps, world=world, round=pollux_round, val_acc=acc,
                     train_loss=stats["loss_sum"] / max(stats["total"], 1), valid=stats["valid"])
                 print("epoch %d: loss %.4f, validation accuracy %.4f (%d replicas, batch %d)" % (
                     epoch, stats["loss_sum"] / max(stats["total"], 1), acc, world, trainloader.current_batch_size),
