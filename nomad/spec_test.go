@@ -18,8 +18,8 @@ func TestReshapeKeepsNetwork(t *testing.T) {
 	task.Resources = &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: new(uint64(1))}}}
 	g := api.NewTaskGroup("workers", 1).AddTask(task)
 	g.Networks = []*api.NetworkResource{{
-		Mode:         "host",
-		DynamicPorts: []api.Port{{Label: "pollux"}},
+		Mode:          "host",
+		DynamicPorts:  []api.Port{{Label: "pollux"}},
 		ReservedPorts: []api.Port{{Label: "metrics", Value: 9100}},
 	}}
 	job := api.NewBatchJob("train", "train", "global", 50)
