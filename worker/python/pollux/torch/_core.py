@@ -26,6 +26,7 @@ class _Context:
 
     def __init__(self):
         self.stop_requested = False   # a SIGTERM/SIGINT arrived here
+        self.stop_agreed = False      # every replica knows one arrived somewhere
         self.initialized = False
         self.loader = None            # the AdaptiveDataLoader being iterated
         self.model = None             # the AdaptiveDataParallel
@@ -136,6 +137,8 @@ def save_checkpoint(reason: str = ""):
 
 def stop_agreed() -> bool:
     """Collective: whether any replica was asked to stop."""
+    if ctx.stop_agreed:
+        return True
     if world_size() == 1:
         return ctx.stop_requested
     t = torch.tensor([1.0 if ctx.stop_requested else 0.0])

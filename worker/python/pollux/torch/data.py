@@ -276,6 +276,12 @@ class AdaptiveDataLoader:
         try:
             for batch in loader:
                 j, step, after = meta.popleft()
+                if j == 0 and self.training and _core.ctx.stop_agreed:
+                    # Asked to stop (SIGTERM, agreed by all replicas in the
+                    # last step): save at this step boundary and leave.
+                    _core.save_checkpoint(reason="stop requested (SIGTERM) after step %d" % (
+                        _core.ctx.model.steps if _core.ctx.model is not None else -1))
+                    _core.exit_stopped()
                 self.accum_pos, self.step, self.micro_steps = j, step, step.micro_steps
                 self.is_sync_step = j == step.micro_steps - 1
                 if self.is_sync_step:

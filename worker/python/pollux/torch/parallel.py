@@ -352,8 +352,9 @@ class AdaptiveDataParallel(torch.nn.Module):
         if new_m > 0 and loader is not None:
             loader._adopt(new_m, new_s)
         if stop:
-            _core.save_checkpoint(reason="stop requested (SIGTERM) after step %d" % self.steps)
-            _core.exit_stopped()
+            # Every replica knows now; the training loader saves and exits
+            # before the next step, after the caller's own bookkeeping.
+            _core.ctx.stop_agreed = True
         return result
 
     def _close_reporter(self):
