@@ -192,6 +192,8 @@ class AdaptiveDataParallel(torch.nn.Module):
         self.last_timings = None
         self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         self._numel = sum(p.numel() for p in self._params)
+        self._flat = None
+        self._slots = []
         if self._replicas > 1:
             with torch.no_grad():
                 for t in list(model.parameters()) + list(model.buffers()):
@@ -250,17 +252,41 @@ class AdaptiveDataParallel(torch.nn.Module):
         self._micros = 0
         self._prev_flat = None
 
-    def _flat_grad(self) -> torch.Tensor:
-        parts = []
-        for p in self._params:
-            parts.append(p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
-        return torch.cat(parts) if parts else torch.zeros(0)
+    def _views(self) -> torch.Tensor:
+        """The gradients as one flat buffer (with 4 extra slots at the end):
+        each parameter's .grad is a view into it, so that autograd
+        accumulates into it in place and the all-reduce needs no copies.
+        A .grad replaced by someone else (set to None, or a new tensor) is
+        copied back in."""
+        if self._flat is None:
+            p0 = self._params[0] if self._params else None
+            self._flat = torch.zeros(self._numel + 4, dtype=p0.dtype if p0 is not None else torch.float32,
+                                     device=p0.device if p0 is not None else None)
+            self._slots = []
+            offset = 0
+            for p in self._params:
+                self._slots.append(self._flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        with torch.no_grad():
+            for p, slot in zip(self._params, self._slots):
+                g = p.grad
+                if g is None:
+                    slot.zero_()
+                    p.grad = slot
+                elif g.data_ptr() != slot.data_ptr():
+                    slot.copy_(g)
+                    p.grad = slot
+        return self._flat
 
     def _zero_grad(self, set_to_none: bool = False):
         loader = _core.ctx.loader
         if loader is not None and loader.accum_pos > 0:
             return  # accumulating: keep the micro-batches' gradients
-        self._real_zero_grad(set_to_none=set_to_none)
+        if self._flat is not None:
+            self._views()
+            self._flat.zero_()  # in place, whatever set_to_none says: .grad stays a view
+        else:
+            self._real_zero_grad(set_to_none=set_to_none)
 
     def _pending_decision(self, loader):
         """Replica 0: the newest usable decision (local_bsz, accum), or (0, 0)."""
@@ -286,9 +312,14 @@ class AdaptiveDataParallel(torch.nn.Module):
             self._m0 = loader.batch_size if loader is not None else 1
             self.noise.m0 = float(self._m0)
         compute = now - (loader.t_yield if loader is not None else now)
-        flat = self._flat_grad()
-        micro = flat if self._prev_flat is None else flat - self._prev_flat
-        self._local_sqr += float(micro.pow(2).sum())
+        buf = self._views()
+        flat = buf[:self._numel]
+        with torch.no_grad():
+            if self._prev_flat is None:
+                self._local_sqr += float(torch.dot(flat, flat))
+            else:
+                micro = flat - self._prev_flat
+                self._local_sqr += float(torch.dot(micro, micro))
         self._compute += compute
         self._micros += 1
         if loader is not None and not loader.is_sync_step:
@@ -297,27 +328,23 @@ class AdaptiveDataParallel(torch.nn.Module):
         # Synchronise: gradients, squared norms, stop flag, decision.
         t0 = time.perf_counter()
         m, s = self._pending_decision(loader) if self._rank == 0 else (0, 0)
-        extra = torch.tensor([self._local_sqr, 1.0 if _core.ctx.stop_requested else 0.0, float(m), float(s)],
-                             dtype=flat.dtype, device=flat.device)
-        buf = torch.cat([flat, extra])
+        buf[self._numel] = self._local_sqr
+        buf[self._numel + 1] = 1.0 if _core.ctx.stop_requested else 0.0
+        buf[self._numel + 2] = float(m)
+        buf[self._numel + 3] = float(s)
         if self._replicas > 1:
             dist.all_reduce(buf)
         t_sync = time.perf_counter()
         count = self._replicas * self._micros if loader is None else len(loader.step.chunks)
-        grad = buf[:self._numel] / count
-        local_sqr = float(buf[self._numel]) / count
-        stop = float(buf[self._numel + 1]) > 0
-        new_m, new_s = int(round(float(buf[self._numel + 2]))), int(round(float(buf[self._numel + 3])))
-        offset = 0
+        extra = buf[self._numel:].tolist()
+        local_sqr = extra[0] / count
+        stop = extra[1] > 0
+        new_m, new_s = int(round(extra[2])), int(round(extra[3]))
         with torch.no_grad():
-            for p in self._params:
-                n = p.numel()
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.copy_(grad[offset:offset + n].view_as(p))
-                offset += n
+            flat.div_(count)  # the mean gradient, in every parameter's .grad
+        grad = flat
         batch = loader.step.size if loader is not None else (self._m0 or 1) * self._replicas
-        self.noise.update(local_sqr, float(grad.pow(2).sum()), count, batch, grad)
+        self.noise.update(local_sqr, float(torch.dot(grad, grad)), count, batch, grad)
         self.lr_factor = scale_factor(self.lr_scaling, self.noise, batch)
         groups = self.optimizer.param_groups
         base = [g["lr"] for g in groups]
