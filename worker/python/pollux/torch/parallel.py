@@ -172,13 +172,22 @@ class AdaptiveDataParallel(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, lr_scheduler=None,
                  name: str = "pollux-dataparallel", init_batch_size: Optional[int] = None,
-                 lr_scaling: Optional[str] = None):
+                 lr_scaling: Optional[str] = None, scaling_rule=None, mp_scaler=None):
         super().__init__()
         _core._require()
         self.module = model
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self._replicas, self._rank = _core.world_size(), _core.rank()
+        if mp_scaler is not None:
+            raise ValueError("AdaptiveDataParallel: mp_scaler (mixed precision) is not supported")
+        if scaling_rule is not None and lr_scaling is None:
+            # AdaptDL's rule objects, by class name.
+            names = {"AdaScale": "adascale", "LinearScale": "linear", "SqrtScale": "sqrt"}
+            lr_scaling = scaling_rule if isinstance(scaling_rule, str) else names.get(type(scaling_rule).__name__)
+            if lr_scaling is None:
+                raise ValueError("AdaptiveDataParallel: unsupported scaling_rule %r: use lr_scaling='adascale', "
+                                 "'linear', 'sqrt' or 'none'" % (scaling_rule,))
         rule = lr_scaling or os.environ.get("NOMAD_META_pollux_lr_scaling", "").strip() or "adascale"
         if rule not in RULES:
             raise ValueError("NOMAD_META_pollux_lr_scaling: unknown rule %r: want one of %s" % (rule, ", ".join(RULES)))
