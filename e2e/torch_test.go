@@ -46,6 +46,9 @@ type trainEvent struct {
 	BaseLR         float64  `json:"base_lr"`
 	GradVar        *float64 `json:"grad_var"`
 	ValAcc         float64  `json:"val_acc"`
+	ProcessStart   float64  `json:"process_start"`
+	LauncherStart  float64  `json:"launcher_start"`
+	Imported       float64  `json:"imported"`
 }
 
 func (ev trainEvent) time() time.Time {
@@ -99,6 +102,7 @@ func (e *env) torchJob(id, dir string, epochs int, meta map[string]string) *noma
 	task := nomadapi.NewTask("train", "raw_exec").
 		SetConfig("command", python).
 		SetConfig("args", []string{"-m", "pollux.torch.launch", "--rendezvous-timeout", "60", "--grace", "20",
+			"--preload", "torch,sklearn.datasets",
 			filepath.Join(root, "deploy", "examples", "train_digits.py"),
 			"--epochs", fmt.Sprint(epochs), "--step-delay", "0.1"})
 	task.Env = map[string]string{
@@ -408,8 +412,28 @@ func checkTraining(t *testing.T, events []trainEvent, phases []phase, epochs int
 			continue
 		}
 		sizes = append(sizes, fmt.Sprint(p.decision.NumReplicas))
-		t.Logf("reallocation to %d GPUs (%s, round %d): first step %d at the new size %.2fs after the controller's write",
-			p.decision.NumReplicas, p.decision.Placement, r, first.Step, first.time().Sub(p.applied).Seconds())
+		// Where the time went: the last step of the old allocation, the
+		// first new process, all imported torch, the group formed.
+		lastOld, procStart, imported, formed := math.NaN(), 0.0, 0.0, 0.0
+		for _, ev := range events {
+			at := ev.T
+			switch {
+			case ev.Event == "step" && ev.Round != r && at < first.T:
+				if math.IsNaN(lastOld) || at > lastOld {
+					lastOld = at
+				}
+			case ev.Event == "start" && ev.Round == r && at <= first.T && ev.T > float64(p.applied.UnixNano())/1e9:
+				if procStart == 0 || ev.LauncherStart < procStart {
+					procStart = ev.LauncherStart
+				}
+				imported = max(imported, ev.Imported)
+				formed = max(formed, at)
+			}
+		}
+		w := float64(p.applied.UnixNano()) / 1e9
+		t.Logf("reallocation to %d GPUs (%s, round %d): first step %d at the new size %.2fs after the controller's write "+
+			"(old processes' last step %+.2fs, first new launcher started %+.2fs, torch imported %+.2fs, group formed %+.2fs)",
+			p.decision.NumReplicas, p.decision.Placement, r, first.Step, first.T-w, lastOld-w, procStart-w, imported-w, formed-w)
 	}
 	t.Logf("world sizes: %s; final validation accuracy %.4f after %d steps", strings.Join(sizes, " -> "), last.ValAcc, len(steps))
 	for _, ev := range steps {

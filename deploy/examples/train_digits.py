@@ -21,14 +21,16 @@ import json
 import os
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from sklearn.datasets import load_digits
+PROCESS_START = time.time()  # before importing torch: the end-to-end test splits restart times
 
-import pollux.checkpoint  # noqa: F401 - (unused here; where an AdaptDL script's State subclasses come from)
-import pollux.env
-import pollux.torch
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+import pollux.checkpoint  # noqa: E402,F401 - (unused here; where an AdaptDL script's State subclasses come from)
+import pollux.env  # noqa: E402
+import pollux.torch  # noqa: E402
 
 
 def meta(name, default, kind=float):
@@ -56,13 +58,15 @@ def main():
     torch.set_num_threads(1)
 
     # Pollux: join the job's process group (the launcher set RANK, WORLD_SIZE, MASTER_*).
+    imported = time.time()
     pollux.torch.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank, world = pollux.env.replica_rank(), pollux.env.num_replicas()
     probe = torch.tensor([float(rank)])
     if world > 1:
         dist.all_reduce(probe)
     pollux_round = meta("round", 0, int)
-    log("start", world=world, rank_sum=probe.item(), round=pollux_round,
+    log("start", world=world, rank_sum=probe.item(), round=pollux_round, process_start=PROCESS_START, imported=imported,
+        launcher_start=float(os.environ.get("POLLUX_LAUNCHER_START", PROCESS_START)),
         finished_epochs=pollux.torch.finished_epochs(), restarts=pollux.env.num_restarts())
 
     digits = load_digits()

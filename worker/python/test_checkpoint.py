@@ -90,7 +90,7 @@ class CheckpointTest(unittest.TestCase):
         Blob("model", b"good weights")
         good = checkpoint.save_all_states()
         p = subprocess.Popen([sys.executable, "-c", SLOW_SAVER, self.dir, HERE], env=dict(os.environ))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not os.path.exists(os.path.join(self.dir, "saving")):
             self.assertLess(time.monotonic(), deadline, "the saver never started writing")
             self.assertIsNone(p.poll(), "the saver exited early")

@@ -295,7 +295,7 @@ class ResumeTest(unittest.TestCase):
         p = subprocess.Popen([PY, "-m", "pollux.torch.launch", "--nproc", "2", "--grace", "20", SCENARIO, "resume", d],
                              env=env, stderr=subprocess.PIPE, text=True)
         # Let it train 3 steps, then pause inside the 4th.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not all(os.path.exists(os.path.join(d, "in-step-%d" % r)) for r in (0, 1)):
             self.assertLess(time.monotonic(), deadline, "the scenario never reached the pause")
             self.assertIsNone(p.poll(), "the scenario exited early")

@@ -13,6 +13,11 @@ processes with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, GROUP_RANK, POLLUX_NUM_NODES, POLLUX_NUM_RESTARTS (and
 CUDA_VISIBLE_DEVICES, one allocated GPU each, where GPUs are real).
 
+The processes are forked from the launcher after it imported the
+``--preload`` modules (default torch, so that it is imported once, not once
+per process; where torch is missing, or with ``--preload ""``, each is a new
+interpreter).
+
 SIGTERM and SIGINT are forwarded to every process (the library then saves a
 checkpoint and exits). When a process fails, the others are stopped (SIGTERM,
 then SIGKILL after --grace seconds) and the launcher exits with the failed
@@ -21,14 +26,20 @@ Exit status 2: bad input (the message names it); 3: rendezvous failed.
 """
 
 import argparse
+import atexit
+import importlib
 import os
+import runpy
 import signal
 import socket
 import subprocess
 import sys
 import time
+import traceback
 
 from pollux import checkpoint, rendezvous, report
+
+_STARTED = time.time()  # when this launcher started (the children log restart timings with it)
 
 EXIT_USAGE = 2
 EXIT_RENDEZVOUS = 3
@@ -87,6 +98,7 @@ def child_env(environ, group, addr, port, local_rank, restarts):
         "MASTER_PORT": str(port),
         "POLLUX_NUM_NODES": str(group.num_groups),
         "POLLUX_NUM_RESTARTS": str(restarts),
+        "POLLUX_LAUNCHER_START": "%.6f" % _STARTED,
     })
     gpus = environ.get("NVIDIA_VISIBLE_DEVICES", "")
     ids = [x.strip() for x in gpus.split(",") if x.strip()]
@@ -113,6 +125,80 @@ def _restarts() -> int:
 
 def _status(code: int) -> int:
     return 128 - code if code < 0 else code
+
+
+class _Forked:
+    """A process forked from the launcher, with the part of Popen's
+    interface that supervise uses."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+def _fork(script: str, args, env) -> _Forked:
+    """Run script in a forked child: it inherits the modules the launcher
+    preloaded (importing torch takes seconds, once per process otherwise)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [script] + list(args)
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            if e.code is None:
+                code = 0
+            elif isinstance(e.code, int):
+                code = e.code
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - report it as python would, then exit
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def preload(modules) -> bool:
+    """Import modules (comma-separated names) into the launcher before
+    forking; False if one is missing (then the children are started as new
+    interpreters)."""
+    for name in [m.strip() for m in modules.split(",") if m.strip()]:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            _say("not preloading %s (%s): starting each process as a new interpreter" % (name, e))
+            return False
+    return True
 
 
 def supervise(procs, grace: float) -> int:
@@ -165,6 +251,9 @@ def main(argv=None) -> int:
                     help="seconds to wait for the rank-0 group (default POLLUX_RENDEZVOUS_TIMEOUT or 300)")
     ap.add_argument("--grace", type=float, default=30.0,
                     help="seconds between SIGTERM and SIGKILL when stopping the processes (default 30)")
+    ap.add_argument("--preload", default="torch",
+                    help="modules to import once in the launcher, whose processes are then forked from it "
+                         "(default torch; \"\" starts each process as a new interpreter)")
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
@@ -187,10 +276,14 @@ def main(argv=None) -> int:
     _say("group %d of %d, ranks %d-%d of %d, master %s:%d, round %d" % (
         group.rank, group.num_groups, group.offset, group.offset + group.local_size - 1,
         group.world_size, addr, port, group.round))
+    fork = bool(a.preload.strip()) and preload(a.preload)
     procs = []
     for i in range(group.local_size):
-        procs.append(subprocess.Popen([sys.executable, a.script] + a.args,
-                                      env=child_env(environ, group, addr, port, i, restarts)))
+        env = child_env(environ, group, addr, port, i, restarts)
+        if fork:
+            procs.append(_fork(a.script, a.args, env))
+        else:
+            procs.append(subprocess.Popen([sys.executable, a.script] + a.args, env=env))
     return supervise(procs, a.grace)
 
 
