@@ -3,7 +3,8 @@ PyTorch DistributedDataParallel on the same model, data and batch size.
 
     python3 -m pollux.torch.launch --nproc 2 worker/python/bench_overhead.py [--steps 300]
 
-Each replica trains with micro-batch 64: once with DDP and a
+Each replica trains with micro-batch 64, in alternating blocks (median of
+the blocks' mean step times): once with DDP and a
 DistributedSampler, once with AdaptiveDataLoader + AdaptiveDataParallel
 (one all-reduce of the flattened gradients with the noise statistics, the
 gradient-noise update and the LR scaling; no checkpoint, no Consul). Rank 0
@@ -36,10 +37,16 @@ def timed(loop, steps):
     return (time.perf_counter() - start) / steps
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--blocks", type=int, default=10)
     a = ap.parse_args()
     torch.set_num_threads(1)
     pollux.torch.init_process_group("gloo")
@@ -47,7 +54,7 @@ def main():
     m = 64
     results = []
     for name, build, width in models():
-        n = m * k * (a.steps + a.warmup + 1)
+        n = m * k * (a.steps + a.warmup + a.blocks + 1)
         g = torch.Generator().manual_seed(0)
         data = torch.utils.data.TensorDataset(torch.randn(n, width, generator=g), torch.randint(0, 10, (n,), generator=g))
         loss_fn = nn.CrossEntropyLoss()
@@ -67,7 +74,6 @@ def main():
                 opt.step()
 
         ddp_loop(a.warmup)
-        ddp = timed(ddp_loop, a.steps)
 
         # pollux.torch.
         torch.manual_seed(0)
@@ -85,7 +91,13 @@ def main():
                 opt2.step()
 
         pollux_loop(a.warmup)
-        pol = timed(pollux_loop, a.steps)
+        # Alternate blocks of the two, so that a busy machine slows both alike;
+        # the medians of the blocks.
+        ddps, pols = [], []
+        for _ in range(a.blocks):
+            ddps.append(timed(ddp_loop, a.steps // a.blocks))
+            pols.append(timed(pollux_loop, a.steps // a.blocks))
+        ddp, pol = median(ddps), median(pols)
         results.append((name, ddp, pol))
     if rank == 0:
         print("| model | replicas | micro-batch | DDP s/step | pollux.torch s/step | difference |")

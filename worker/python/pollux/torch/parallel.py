@@ -59,6 +59,7 @@ class GradientNoise:
         self.smoothing = smoothing
         self.sqr_avg = self.var_avg = self.norm = 0.0
         self.previous: Optional[torch.Tensor] = None
+        self.previous_sqr = 0.0
 
     def update(self, local_sqr: float, total_sqr: float, count: int, batch_size: float,
                grad: Optional[torch.Tensor] = None):
@@ -69,13 +70,17 @@ class GradientNoise:
         if count == 1:
             if grad is None:
                 return
+            grad = grad.detach()
             if self.previous is None:
-                self.previous = grad.detach().clone()
+                self.previous = grad.clone()
+                self.previous_sqr = total_sqr
                 return
-            prev = self.previous
-            local_sqr = (float(prev.pow(2).sum()) + local_sqr) / 2
-            total_sqr = float(((prev + grad) / 2).pow(2).sum())
-            self.previous = grad.detach().clone()
+            prev, prev_sqr, cur_sqr = self.previous, self.previous_sqr, local_sqr
+            cross = float(torch.dot(prev.reshape(-1), grad.reshape(-1)))
+            local_sqr = (prev_sqr + cur_sqr) / 2
+            total_sqr = (prev_sqr + 2 * cross + cur_sqr) / 4  # |(prev + grad) / 2|^2, no temporary
+            prev.copy_(grad)
+            self.previous_sqr = cur_sqr
             count, scale = 2, 2 * scale
         grad_sqr = (count * total_sqr - local_sqr) / (count - 1)
         grad_var = (local_sqr - total_sqr) * scale / (count - 1)
@@ -101,11 +106,12 @@ class GradientNoise:
 
     def state(self):
         return {"sqr": self.sqr_avg, "var": self.var_avg, "norm": self.norm,
-                "previous": None if self.previous is None else self.previous.cpu()}
+                "previous": None if self.previous is None else self.previous.cpu(), "previous_sqr": self.previous_sqr}
 
     def restore(self, d):
         self.sqr_avg, self.var_avg, self.norm = d["sqr"], d["var"], d["norm"]
         self.previous = d["previous"]
+        self.previous_sqr = d.get("previous_sqr", 0.0)
 
 
 def scale_factor(rule: str, noise: GradientNoise, batch_size: float) -> float:
