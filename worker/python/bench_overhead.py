@@ -12,7 +12,6 @@ prints the mean seconds per step of each and the difference.
 """
 
 import argparse
-import os
 import time
 
 import torch

@@ -2,7 +2,6 @@
 leaves the previous checkpoint), restore, and bad checkpoint directories.
 Standard library only."""
 
-import io
 import os
 import shutil
 import signal

@@ -19,7 +19,6 @@ import sys
 import time
 
 import torch
-import torch.distributed as dist
 
 import pollux.env
 import pollux.torch

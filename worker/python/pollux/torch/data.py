@@ -19,12 +19,12 @@ import logging
 import math
 import pickle
 import time
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.utils.data
 
-from pollux import checkpoint, env, report
+from pollux import checkpoint, report
 from pollux.torch import _core
 
 __all__ = ["AdaptiveDataLoader", "ElasticSampler", "current_dataloader", "plan_step", "local_chunk"]

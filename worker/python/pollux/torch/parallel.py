@@ -30,11 +30,9 @@ progress (replica 0 writes).
 """
 
 import atexit
-import io
 import logging
 import math
 import os
-import pickle
 import time
 from typing import List, Optional
 
