@@ -18,7 +18,6 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/pollux-nomad/pollux/jobs"
-	"github.com/pollux-nomad/pollux/metrics"
 )
 
 // python is the interpreter with PyTorch and scikit-learn (Debian's
@@ -482,12 +481,31 @@ func (e *env) waitProfile(id string, k int, timeout time.Duration) {
 	}
 }
 
-func (e *env) metricsDoc(id string) (*metrics.Document, error) {
+// metricsDoc is the part of the job's metrics document (the contract's
+// section 3) this test checks, decoded here so that the test does not
+// depend on the parser's package.
+type metricsDoc struct {
+	Progress float64 `json:"progress"`
+	GradSqr  float64 `json:"grad_sqr"`
+	GradVar  float64 `json:"grad_var"`
+	Profile  []struct {
+		NumNodes    int `json:"num_nodes"`
+		NumReplicas int `json:"num_replicas"`
+		LocalBsz    int `json:"local_bsz"`
+		AccumSteps  int `json:"accum_steps"`
+	} `json:"profile"`
+}
+
+func (e *env) metricsDoc(id string) (*metricsDoc, error) {
 	raw, _, err := e.kv.Get(context.Background(), "jobs/default/"+id+"/metrics")
 	if err != nil {
 		return nil, err
 	}
-	return metrics.Parse(raw)
+	var d metricsDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("metrics document: %w", err)
+	}
+	return &d, nil
 }
 
 // checkProfiles: the metrics document has an entry for every placement the
