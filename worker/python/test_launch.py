@@ -215,8 +215,8 @@ class RendezvousTest(unittest.TestCase):
         self.assertEqual((g1.rank, g1.offset, addr1, port1), (1, 4, "127.0.0.1", 23456))
         pair, _ = self.consul.get(rendezvous.rendezvous_key(e0))
         entry = json.loads(pair.value)
-        self.assertEqual((entry["round"], entry["world_size"], entry["placement"], entry["alloc_id"]),
-                         (7, 7, "n1:4,n2:2,n3:1", "a0"))
+        self.assertEqual((entry["addr"], entry["round"], entry["alloc_id"], entry["world_size"], entry["placement"]),
+                         ("127.0.0.1:23456", 7, "a0", 7, "n1:4,n2:2,n3:1"))
 
     def test_stale_round_never_used(self):
         # Round 6's rank 0 published; round 7's group 1 must not use it.
@@ -255,9 +255,18 @@ class RendezvousTest(unittest.TestCase):
 
     def test_malformed_entry_ignored(self):
         key = self.prefix + "jobs/default/train/rendezvous"
-        self.consul.put(key, b"{not json")
-        with self.assertRaisesRegex(rendezvous.RendezvousError, "malformed entry"):
-            launch.plan(self.env("workers-r1", 1), timeout=1.5)
+        for bad in [b"{not json", b'{"round": 7, "addr": "10.0.0.1"}', b'{"round": 7, "addr": "10.0.0.1:99999"}',
+                    b'{"addr": "10.0.0.1:80"}']:
+            with self.subTest(bad):
+                self.consul.put(key, bad)
+                with self.assertRaisesRegex(rendezvous.RendezvousError, "malformed entry"):
+                    launch.plan(self.env("workers-r1", 1), timeout=1.5)
+
+    def test_addresses(self):
+        self.assertEqual(rendezvous.join_addr("10.0.0.1", 80), "10.0.0.1:80")
+        self.assertEqual(rendezvous.join_addr("fe80::1", 80), "[fe80::1]:80")
+        self.assertEqual(rendezvous.split_addr("[fe80::1]:80"), ("fe80::1", 80))
+        self.assertEqual(rendezvous.split_addr("node-3.dc:8080"), ("node-3.dc", 8080))
 
 
 if __name__ == "__main__":

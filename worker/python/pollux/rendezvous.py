@@ -13,8 +13,12 @@ Rendezvous: the rank-0 group listens on the port labelled ``pollux`` in its
 publishes it, stamped with the round, at the Consul KV key
 ``<prefix>jobs/<namespace>/<job>/rendezvous``::
 
-    {"round": 12, "addr": "10.0.0.5", "port": 25113, "world_size": 7,
-     "placement": "n1:4,n2:2,n3:1", "alloc_id": "..."}
+    {"addr": "10.0.0.5:25113", "round": 12, "alloc_id": "...",
+     "world_size": 7, "placement": "n1:4,n2:2,n3:1"}
+
+(``addr``, ``round`` and ``alloc_id`` are the contract's; ``world_size``
+and ``placement`` are optional additions: a waiter with a placement skips
+an entry of its round made for another placement.)
 
 The other groups wait for an entry of their own round with blocking
 queries. An entry of an earlier round is never used; one of a later round
@@ -143,9 +147,24 @@ def listen_address(environ=None) -> Tuple[str, int]:
     return ip, int(port)
 
 
+def join_addr(host: str, port: int) -> str:
+    """host:port, with brackets around an IPv6 host."""
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+def split_addr(addr: str) -> Tuple[str, int]:
+    """Split host:port ([v6]:port); ValueError if it is not one."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("not host:port: %r" % addr)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
 def publish(consul: report.Consul, key: str, group: Group, addr: str, port: int, alloc_id: str = ""):
-    entry = {"round": group.round, "addr": addr, "port": port, "world_size": group.world_size,
-             "placement": group.placement, "alloc_id": alloc_id}
+    entry = {"addr": join_addr(addr, port), "round": group.round, "alloc_id": alloc_id,
+             "world_size": group.world_size, "placement": group.placement}
     try:
         consul.put(key, json.dumps(entry, sort_keys=True).encode())
     except report.ConsulError as e:
@@ -154,7 +173,8 @@ def publish(consul: report.Consul, key: str, group: Group, addr: str, port: int,
 
 
 def wait(consul: report.Consul, key: str, group: Group, timeout: float, log=None) -> Dict:
-    """Wait for the rank-0 group's entry of this group's round; return it.
+    """Wait for the rank-0 group's entry of this group's round; return it
+    (with "host" and "port" added from its addr).
     Raises RendezvousError on timeout (naming what was seen) or when a later
     round has published (this allocation is outdated)."""
     deadline = time.monotonic() + timeout
@@ -180,7 +200,8 @@ def wait(consul: report.Consul, key: str, group: Group, timeout: float, log=None
             continue
         try:
             entry = json.loads(pair.value)
-            rnd, addr, port = int(entry["round"]), str(entry["addr"]), int(entry["port"])
+            rnd = int(entry["round"])
+            host, port = split_addr(str(entry["addr"]))
         except (ValueError, KeyError, TypeError) as e:
             seen = "a malformed entry (%s)" % e
             continue
@@ -193,7 +214,5 @@ def wait(consul: report.Consul, key: str, group: Group, timeout: float, log=None
         if group.placement and entry.get("placement") not in (None, "", group.placement):
             seen = "an entry of round %d for placement %r" % (rnd, entry.get("placement"))
             continue
-        if not 0 < port < 65536 or not addr:
-            seen = "an entry with a bad address %r:%r" % (addr, port)
-            continue
+        entry["host"], entry["port"] = host, port
         return entry

@@ -83,7 +83,7 @@ def plan(environ, nproc=None, timeout=300.0, consul=None):
         return group, addr, port
     _say("waiting for the rank-0 group's address for round %d at %s (timeout %.0fs)" % (group.round, key, timeout))
     entry = rendezvous.wait(consul, key, group, timeout)
-    return group, entry["addr"], int(entry["port"])
+    return group, entry["host"], entry["port"]
 
 
 def child_env(environ, group, addr, port, local_rank, restarts):
