@@ -28,6 +28,7 @@ class _Context:
         self.stop_requested = False   # a SIGTERM/SIGINT arrived here
         self.stop_agreed = False      # every replica knows one arrived somewhere
         self.initialized = False
+        self.armed = False            # the stop handlers are installed
         self.loader = None            # the AdaptiveDataLoader being iterated
         self.model = None             # the AdaptiveDataParallel
         self.epoch_state = None
@@ -40,6 +41,19 @@ def _on_signal(sig, _frame):
     # Only a flag: the replicas agree on it at the next synchronising step
     # (it travels in the gradient all-reduce), then save and exit together.
     ctx.stop_requested = True
+
+
+def arm_signals():
+    """From the first training step on, SIGTERM and SIGINT only raise the
+    stop flag (the replicas then stop together at a step boundary, after a
+    checkpoint). Before it they keep their default action: a process that
+    has not trained since it restored the checkpoint has nothing to save,
+    and one blocked in start-up collectives (a peer gone) must not wait for
+    Nomad's kill_timeout."""
+    if not ctx.armed:
+        ctx.armed = True
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
 
 
 def world_size() -> int:
@@ -67,7 +81,7 @@ class _EpochState(checkpoint.State):
 def init_process_group(backend: str = "gloo", timeout: Optional[float] = None):
     """Join the job's process group (MASTER_ADDR, MASTER_PORT, RANK and
     WORLD_SIZE from the launcher), check that the checkpoint directory is
-    writable, install the SIGTERM/SIGINT handlers and restore the epoch
+    writable and restore the epoch
     counter. timeout: seconds a collective may block (default
     POLLUX_COLLECTIVE_TIMEOUT, else 300)."""
     if ctx.initialized:
@@ -86,8 +100,6 @@ def init_process_group(backend: str = "gloo", timeout: Optional[float] = None):
                                 timeout=datetime.timedelta(seconds=timeout))
     if r == 0:
         checkpoint.check_writable()
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
     ctx.epoch_state = _EpochState()
     checkpoint.load_state(ctx.epoch_state)
     ctx.initialized = True

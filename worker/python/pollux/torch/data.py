@@ -286,6 +286,8 @@ class AdaptiveDataLoader:
                 self.is_sync_step = j == step.micro_steps - 1
                 if self.is_sync_step:
                     st.index = after  # a checkpoint taken at this step resumes after it
+                if self.training:
+                    _core.arm_signals()
                 self.t_yield = time.perf_counter()
                 yield batch
             st.index = len(perm)

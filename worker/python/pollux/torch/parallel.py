@@ -320,6 +320,7 @@ class AdaptiveDataParallel(torch.nn.Module):
 
     def _step(self, closure=None):
         now = time.perf_counter()
+        _core.arm_signals()
         loader = _core.ctx.loader
         if self._m0 is None:
             self._m0 = loader.batch_size if loader is not None else 1
