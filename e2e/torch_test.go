@@ -190,7 +190,10 @@ type phase struct {
 // grad_var > 0 for every placement, and that the job completes with a
 // validation accuracy of at least 0.9. It reports how long each
 // reallocation took from the controller's write to the first training step
-// at the new size.
+// at the new size. The sizes are steered with pollux_min_gpus and
+// pollux_max_gpus; Nomad restarts the tasks for such an edit too (meta is
+// in their environment), so each move has one more incarnation at the old
+// size, which the checks cover as well.
 func TestTorchTraining(t *testing.T) {
 	requireTorch(t)
 	e := newEnv(t)
