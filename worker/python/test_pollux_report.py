@@ -1,4 +1,4 @@
-"""Tests of pollux_report against real Consul agents.
+"""Tests of pollux.report against real Consul agents.
 
 Run from the repository root through scripts/with-cluster.sh (make test),
 which sets CONSUL_HTTP_ADDR:
@@ -27,7 +27,7 @@ from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import pollux_report as pr  # noqa: E402
+from pollux import report as pr  # noqa: E402
 
 VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata", "reporter-vectors.json")
 
@@ -157,7 +157,7 @@ class FormatTest(unittest.TestCase):
 class ExampleTest(unittest.TestCase):
     def test_example_compiles(self):
         # Compiled, not imported: PyTorch is not needed to run the tests.
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_train.py")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "examples", "train_digits.py")
         with open(path) as f:
             compile(f.read(), path, "exec")
 

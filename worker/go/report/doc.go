@@ -60,7 +60,7 @@
 //	mean = (mean_a·count_a + mean_b·count_b) / (count_a + count_b)
 //
 // evaluated exactly in this order in float64 (the Python reporter,
-// worker/python/pollux_report.py, does the same), so that both reporters
+// worker/python/pollux/report.py, does the same), so that both reporters
 // produce the same bytes for the same observations: the shared vectors in
 // worker/testdata/reporter-vectors.json check it.
 //

@@ -11,7 +11,7 @@ for the same observations (the canonical encoding of package ``metrics``:
 see ``marshal``); the shared vectors in ``worker/testdata/reporter-vectors.json``
 check it.
 
-    import pollux_report
+    from pollux import report as pollux_report
 
     reporter = pollux_report.Reporter()          # CONSUL_HTTP_ADDR, NOMAD_JOB_ID, ...
     alloc = reporter.allocation()                # from NOMAD_META_pollux_*
@@ -109,9 +109,9 @@ ENV_JOB_ID = "NOMAD_JOB_ID"
 ENV_RANK = "NOMAD_META_pollux_rank"
 ENV_INIT_BATCH_SIZE = "NOMAD_META_pollux_init_batch_size"
 
-# Logs go to the "pollux_report" logger; like every library's, it has a
+# Logs go to the "pollux.report" logger; like every library's, it has a
 # NullHandler, so configure logging (logging.basicConfig) to see them.
-_log = logging.getLogger("pollux_report")
+_log = logging.getLogger("pollux.report")
 _log.addHandler(logging.NullHandler())
 
 
@@ -661,7 +661,7 @@ class Reporter:
         NOMAD_META_pollux_init_batch_size.
     min_interval: smallest seconds between two background writes (30).
     decision_wait: longest seconds one blocking query of decisions() waits (60).
-    logger: a logging.Logger (default "pollux_report").
+    logger: a logging.Logger (default "pollux.report").
     now: returns the timestamp written (default: the current UTC time).
     start: start the background writer (rank 0 only).
     """

@@ -1,0 +1,87 @@
+"""What this replica is, from the environment the launcher and Nomad set.
+
+The names are AdaptDL's (``adaptdl.env``). Values come from the variables
+that ``python3 -m pollux.torch.launch`` gives each process (RANK,
+WORLD_SIZE, LOCAL_RANK, POLLUX_NUM_NODES, POLLUX_NUM_RESTARTS) and from
+the task's Nomad environment (NOMAD_JOB_ID, NOMAD_NAMESPACE) and job spec
+(POLLUX_CHECKPOINT_DIR, POLLUX_SHARE_PATH, POLLUX_KV_PREFIX).
+"""
+
+import os
+from typing import Optional
+
+__all__ = [
+    "checkpoint_path", "job_id", "namespace", "kv_prefix", "num_nodes", "num_replicas",
+    "num_restarts", "replica_rank", "replica_local_rank", "share_path",
+]
+
+
+def _int(name: str, default: int, low: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        raise ValueError("%s: must be an integer, got %r" % (name, raw)) from None
+    if v < low:
+        raise ValueError("%s: must be at least %d, got %d" % (name, low, v))
+    return v
+
+
+def num_replicas() -> int:
+    """Total number of replicas (processes, one per GPU) of the job: WORLD_SIZE, default 1."""
+    return _int("WORLD_SIZE", 1, 1)
+
+
+def replica_rank() -> int:
+    """This replica's global rank: RANK, default 0."""
+    return _int("RANK", 0)
+
+
+def replica_local_rank() -> int:
+    """This replica's rank on its node: LOCAL_RANK, default 0."""
+    return _int("LOCAL_RANK", 0)
+
+
+def num_nodes() -> int:
+    """Number of nodes (task groups) the job runs on: POLLUX_NUM_NODES (set
+    by the launcher), else NOMAD_META_pollux_num_nodes, else 1."""
+    n = _int("POLLUX_NUM_NODES", 0)
+    return n or _int("NOMAD_META_pollux_num_nodes", 0) or 1
+
+
+def num_restarts() -> int:
+    """How many times the job restarted from a checkpoint before this run:
+    POLLUX_NUM_RESTARTS (the launcher reads it from the newest checkpoint),
+    default 0."""
+    return _int("POLLUX_NUM_RESTARTS", 0)
+
+
+def checkpoint_path() -> Optional[str]:
+    """The directory checkpoints are written to: POLLUX_CHECKPOINT_DIR, or
+    None (then nothing is saved)."""
+    return os.environ.get("POLLUX_CHECKPOINT_DIR") or None
+
+
+def share_path() -> Optional[str]:
+    """A directory shared by all replicas, if the job has one: POLLUX_SHARE_PATH."""
+    return os.environ.get("POLLUX_SHARE_PATH") or None
+
+
+def job_id() -> Optional[str]:
+    """The Nomad job ID: NOMAD_JOB_ID, or None outside Nomad."""
+    return os.environ.get("NOMAD_JOB_ID") or None
+
+
+def namespace() -> str:
+    """The Nomad namespace: NOMAD_NAMESPACE, default "default"."""
+    return os.environ.get("NOMAD_NAMESPACE") or "default"
+
+
+def kv_prefix() -> str:
+    """The Pollux Consul KV prefix: POLLUX_KV_PREFIX, default "pollux/"."""
+    p = os.environ.get("POLLUX_KV_PREFIX") or "pollux/"
+    if not p.endswith("/") or p.startswith("/"):
+        raise ValueError("POLLUX_KV_PREFIX: must end with \"/\" and not start with it, got %r" % p)
+    return p
