@@ -15,7 +15,7 @@ build: ## build bin/pollux
 	$(GO) build -o $(BIN)/pollux ./cmd/pollux
 
 test: servers ## all tests: unit, property, fidelity, quality, and end-to-end on a real local cluster
-	scripts/with-cluster.sh sh -c '$(GO) test -p 1 -count=1 -timeout 60m $(PKGS) && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s worker/python -v'
+	scripts/with-cluster.sh sh -c '$(GO) test -p 1 -count=1 -timeout 60m $(PKGS) && PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m unittest discover -s worker/python -v'
 
 unit: ## the tests that need no servers
 	$(GO) test -count=1 -timeout 60m $(PURE) ./cmd/... ./jobs/... ./demo/ ./internal/...
