@@ -118,6 +118,32 @@ class LoaderTest(LocalTestCase):
         self.assertEqual(sizes[:6], [96] * 6)
         self.assertEqual(sum(sizes), 1000)
 
+    def test_current_dataloader(self):
+        loader = self.loader(n=10, batch_size=4)
+        self.assertIsNone(pollux.torch.current_dataloader())
+        for _ in loader:
+            self.assertIs(pollux.torch.current_dataloader(), loader)
+        self.assertIsNone(pollux.torch.current_dataloader())
+
+    def test_elastic_sampler(self):
+        pollux.torch.init_process_group("gloo")
+        ds = torch.utils.data.TensorDataset(torch.arange(23))
+        seen = []
+        for rank in range(3):  # three replicas' views of the rest of epoch 2 from position 5
+            s = pollux.torch.ElasticSampler(ds, shuffle=True, seed=7)
+            s.num_replicas, s.rank = 3, rank
+            s.set_epoch(2, index=5)
+            got = list(s)
+            self.assertEqual(len(got), len(s))
+            seen += got
+        whole = pollux.torch.ElasticSampler(ds, shuffle=True, seed=7)
+        whole.set_epoch(2)
+        order = list(whole)
+        self.assertEqual(sorted(seen), sorted(order[5:]))  # the samples not yet consumed, each once
+        other = pollux.torch.ElasticSampler(ds, shuffle=True, seed=7)
+        other.set_epoch(3)
+        self.assertNotEqual(order, list(other))  # another permutation each epoch
+
     def test_default_split_accumulates_over_bound(self):
         loader = self.loader(batch_size=300)
         loader.autoscale_batch_size(1024, local_bsz_bounds=(32, 128), gradient_accumulation=True)
