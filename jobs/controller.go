@@ -38,6 +38,16 @@ type JobStatus struct {
 	Applied  bool      `json:"applied,omitempty"`
 	Conflict bool      `json:"conflict,omitempty"`
 	Fitted   bool      `json:"fitted,omitempty"`
+	// Explain is why the job has its allocation or waits (explain.go).
+	Explain *Explanation `json:"explain,omitempty"`
+	// Running is what Nomad runs for the job, per node.
+	Running []NodeGPUs `json:"running,omitempty"`
+	// Submitted is when the job was first registered; WaitingSince, for a
+	// job with no GPU, since when it has had none.
+	Submitted    *time.Time `json:"submitted,omitempty"`
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	// Restarts counts the job's reallocations after the first.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // Status is the summary of one round, written to <prefix>status.
@@ -53,6 +63,8 @@ type Status struct {
 	Errors    []string    `json:"errors,omitempty"`
 	// Phase timings in milliseconds: snapshot, fit, optimize, apply, total.
 	Timings map[string]float64 `json:"timings_ms"`
+	// NodeMap lists the nodes with their GPUs (explain.go).
+	NodeMap []NodeStatus `json:"node_map,omitempty"`
 }
 
 // Options are the controller's dependencies.
@@ -532,6 +544,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	lap("apply", t0)
 	lap("total", start)
 
+	c.explain(cfg, status, stats, read, entries, nodes, in, next)
 	for _, st := range stats {
 		status.Jobs = append(status.Jobs, *st)
 	}

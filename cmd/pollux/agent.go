@@ -186,7 +186,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return printStatus(stdout, st, *asJSON)
+	return printStatus(stdout, st, *asJSON, "")
 }
 
 // runStatus prints the last round from <prefix>status.
@@ -198,6 +198,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print the raw status JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 1 {
+		return usageErr("usage: pollux status [flags] [JOB]")
 	}
 	s, err := newSetup(ctx, &f, stderr)
 	if err != nil {
@@ -214,7 +217,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := jsonUnmarshal(raw, &st); err != nil {
 		return fmt.Errorf("failed to parse status: %w", err)
 	}
-	return printStatus(stdout, &st, *asJSON)
+	return printStatus(stdout, &st, *asJSON, fs.Arg(0))
 }
 
 // readOnlyKV drops writes, so `pollux plan` changes nothing.
@@ -226,14 +229,26 @@ func (readOnlyKV) Delete(context.Context, string, bool) error        { return ni
 
 func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
 
-func printStatus(w io.Writer, st *jobs.Status, asJSON bool) error {
+// printStatus prints a round as a table, or one job's detail (job not
+// empty), or either as JSON.
+func printStatus(w io.Writer, st *jobs.Status, asJSON bool, job string) error {
+	var doc any = st
+	if job != "" {
+		j, err := st.FindJob(job)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		doc = j
+	}
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(doc)
 	}
-	_, err := io.WriteString(w, st.String())
-	return err
+	if job != "" {
+		return st.WriteJob(w, job, time.Now())
+	}
+	return st.WriteTable(w, time.Now())
 }
 
 // instanceName identifies this agent: host and Nomad allocation, or host
