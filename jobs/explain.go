@@ -58,6 +58,10 @@ type Explanation struct {
 	MinGPUs int    `json:"min_gpus,omitempty"`
 	MaxGPUs int    `json:"max_gpus,omitempty"`
 	CapBy   string `json:"cap_by,omitempty"`
+	// InitBatchSize (M0) and Bounds are the job's batch settings, so that
+	// a reader with the job's model (its state key) can draw its curves.
+	InitBatchSize int           `json:"init_batch_size,omitempty"`
+	Bounds        *model.Bounds `json:"bounds,omitempty"`
 }
 
 // ExplainInput is what Explain needs to know of one job after a round.
@@ -120,6 +124,10 @@ func Explain(in ExplainInput) Explanation {
 		return x
 	}
 	// Scheduled: the numbers first.
+	if in.Fit != nil {
+		b := in.Bounds
+		x.Bounds, x.InitBatchSize = &b, int(in.Fit.InitBatchSize)
+	}
 	x.FairShareGPUs, x.FairShareNodes = FairShare(in.PolicyGPUs, in.PolicyNodes, in.PolicyJobs)
 	if in.Fit != nil && x.FairShareGPUs > 0 {
 		cache := model.NewGoodputCache(*in.Fit, in.Bounds)
