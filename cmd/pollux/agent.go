@@ -19,6 +19,7 @@ import (
 	"github.com/pollux-nomad/pollux/consul"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
+	"github.com/pollux-nomad/pollux/ui"
 )
 
 // agentFlags are shared by agent, plan and status.
@@ -120,10 +121,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", f.httpAddr, err)
 		}
-		srv := &http.Server{Handler: httpHandler(tel, acc), ReadHeaderTimeout: 5 * time.Second}
+		page := ui.Handler(ui.NewConsulSource(ctx, s.kv, ui.ReaderOf(os.Getenv("CONSUL_HTTP_TOKEN")), s.log), ui.Options{Logger: s.log})
+		srv := &http.Server{Handler: httpHandler(tel, acc, page), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
-		s.log.Info("serving health and metrics", "addr", ln.Addr().String())
+		s.log.Info("serving health, metrics and the status page /ui", "addr", ln.Addr().String())
 	}
 	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
 	ready := make(chan struct{})
@@ -139,9 +141,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // httpHandler serves /healthz (503 with the reasons while the access
-// check finds problems) and Prometheus /metrics.
-func httpHandler(tel *jobs.Telemetry, acc *accessCheck) http.Handler {
+// check finds problems), Prometheus /metrics and the status page /ui.
+func httpHandler(tel *jobs.Telemetry, acc *accessCheck, page http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/ui", page)
+	mux.Handle("/ui/", page)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		code, body := acc.health()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
