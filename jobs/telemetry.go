@@ -22,6 +22,7 @@ type Telemetry struct {
 	jobsByState map[string]int
 	jobGPUs     map[string]int
 	leader      bool
+	clusterGPUs int
 }
 
 // NewTelemetry returns empty metrics.
@@ -69,6 +70,7 @@ func (t *Telemetry) observeRound(s *Status) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rounds++
+	t.clusterGPUs = s.GPUs
 	t.jobsByState = map[string]int{}
 	present := map[string]bool{}
 	for _, j := range s.Jobs {
@@ -120,6 +122,8 @@ func (t *Telemetry) WritePrometheus(w io.Writer) error {
 	for _, k := range sortedKeys(t.jobsByState) {
 		fmt.Fprintf(&b, "pollux_jobs{state=%q} %d\n", k, t.jobsByState[k])
 	}
+	metric("pollux_cluster_gpus", "gauge", "GPUs the last round could hand to Pollux jobs (healthy, not held by other jobs).")
+	fmt.Fprintf(&b, "pollux_cluster_gpus %d\n", t.clusterGPUs)
 	metric("pollux_job_gpus", "gauge", "GPUs allocated to each job by the last round's decision.")
 	for _, k := range sortedKeys(t.jobGPUs) {
 		fmt.Fprintf(&b, "pollux_job_gpus{job=%q} %d\n", k, t.jobGPUs[k])
