@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/metrics"
 	"github.com/pollux-nomad/pollux/model"
 )
 
@@ -72,5 +75,30 @@ func BenchmarkPage(b *testing.B) {
 			}
 			b.ReportMetric(float64(size), "bytes/page")
 		})
+	}
+}
+
+// BenchmarkConsulSnapshot reads 200 jobs' state and metrics documents and
+// the status from an in-memory KV: the decoding a page view adds on top of
+// rendering (the Consul round trips are not included).
+func BenchmarkConsulSnapshot(b *testing.B) {
+	snap := loadSnapshot(200, 8)
+	kv := newMemKV()
+	raw, _ := json.Marshal(snap.Status)
+	kv.put("status", raw)
+	doc, _ := metrics.Marshal(snap.Jobs["default/load-000"].Metrics)
+	for id, d := range snap.Jobs {
+		st, _ := json.Marshal(d.State)
+		kv.put("jobs/"+id+"/state", st)
+		kv.put("jobs/"+id+"/metrics", doc)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := NewConsulSource(ctx, kv, "", nil)
+	for b.Loop() {
+		s, err := src.Snapshot(ctx)
+		if err != nil || len(s.Jobs) != 200 {
+			b.Fatalf("%d jobs, %v", len(s.Jobs), err)
+		}
 	}
 }
