@@ -326,18 +326,38 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, acl bool) {
 		}
 	}
 
-	// The Consul service check passes on both instances.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		entries, _, err := e.consul.Health().Service("pollux", "", true, nil)
-		if err == nil && len(entries) == 2 {
-			t.Logf("consul: 2 passing instances of service pollux after %s", time.Since(start).Round(100*time.Millisecond))
-			break
+	// The Consul service check passes on both instances. On the local
+	// cluster both Nomad clients share one Consul agent, and a Nomad client
+	// removes the services of allocations it does not run at every sync
+	// (hashicorp/nomad#9916; on a real cluster each node has its own
+	// agent), so each instance's registration comes and goes: the test
+	// watches for each instance's check to pass with /healthz's answer.
+	passed := map[string]string{}
+	deadline := time.Now().Add(90 * time.Second)
+	for len(passed) < len(insts) {
+		entries, _, err := e.consul.Health().Service("pollux", "", false, nil)
+		for _, en := range entries {
+			for _, c := range en.Checks {
+				for _, in := range insts {
+					if err == nil && c.ServiceID != "" && strings.Contains(c.ServiceID, in.alloc.ID) && c.Status == "passing" && strings.Contains(c.Output, "200 OK") {
+						if _, ok := passed[in.alloc.ID]; !ok {
+							passed[in.alloc.ID] = c.Output
+							t.Logf("consul check of %s passing after %s: %s", in.alloc.ID[:8], time.Since(start).Round(100*time.Millisecond), strings.TrimSpace(c.Output))
+						}
+					}
+				}
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("consul service pollux: %d passing instances (err %v), want 2", len(entries), err)
+			var checks []string
+			for _, en := range entries {
+				for _, c := range en.Checks {
+					checks = append(checks, fmt.Sprintf("%s %s %s: %s", en.Service.ID, c.Name, c.Status, c.Output))
+				}
+			}
+			t.Fatalf("consul service pollux: checks passed for %d of %d instances in 90s (err %v); now: %v", len(passed), len(insts), err, checks)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// A Pollux job is rescaled: it must span both clients.
@@ -373,21 +393,20 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, acl bool) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	t.Logf("failover after nomad alloc stop of the leader: %s", time.Since(stopped).Round(100*time.Millisecond))
-	if log := allocLog(t, clusterDir, leader.alloc.ID, "agent"); !strings.Contains(log, "released") && !strings.Contains(log, "shutting down") && !strings.Contains(log, "stopping") {
-		t.Logf("stopped leader's last log lines:\n%s", lastLines(log, 5))
+	if log := allocLog(t, clusterDir, leader.alloc.ID, "agent"); !strings.Contains(log, `"leadership ended"`) || !strings.Contains(log, `"reason":"released"`) {
+		t.Errorf("the stopped leader did not log releasing the lock; its last lines:\n%s", lastLines(log, 5))
 	}
-	// Nomad replaces the stopped allocation on its node; the new leader
-	// goes on with rounds.
-	again := e.instances(t, 2, 90*time.Second, leader.alloc.ID)
+	// The new leader goes on with rounds. (Nomad v1.6.1 does not replace
+	// a system job's allocation stopped with `nomad alloc stop`: the
+	// former follower runs alone until the job is run again.)
 	before := follower.metric("pollux_rounds_total")
 	time.Sleep(7 * time.Second)
 	if after := follower.metric("pollux_rounds_total"); after <= before {
 		t.Errorf("the new leader ran no round in 7s (%v -> %v)", before, after)
 	}
-	if li := leaderOf(t, again, 30*time.Second); again[li].alloc.ID != follower.alloc.ID {
-		t.Errorf("leader is %s, want the former follower %s", again[li].alloc.ID, follower.alloc.ID)
+	if st, err := e.lastStatus(); err != nil || !strings.HasSuffix(st.Instance, "/"+follower.alloc.ID) {
+		t.Errorf("status written by %v (err %v), want the new leader %s", st, err, follower.alloc.ID)
 	}
-
 	// nomad job stop pollux: every instance ends and the lock is free.
 	if _, _, err := e.nomad.Jobs().Deregister(systemJobID, false, nil); err != nil {
 		t.Fatalf("nomad job stop pollux: %v", err)
