@@ -221,7 +221,7 @@ func TestSystemJob(t *testing.T) {
 	if dir == "" {
 		t.Fatal("POLLUX_CLUSTER_DIR is not set: run through scripts/with-cluster.sh")
 	}
-	runSystemJob(t, e, dir, false)
+	runSystemJob(t, e, dir, nil)
 }
 
 // TestSystemJobACL deploys the file on a cluster with ACLs (default deny):
@@ -255,10 +255,13 @@ func TestSystemJobACL(t *testing.T) {
 		Items: nomadapi.VariableItems{"nomad_token": ntok.SecretID, "consul_token": ctok.SecretID}}, nil); err != nil {
 		t.Fatalf("nomad var put nomad/jobs/pollux: %v", err)
 	}
-	runSystemJob(t, e, c.dir, true)
+	runSystemJob(t, e, c.dir, []string{ntok.SecretID, ctok.SecretID})
 }
 
-func runSystemJob(t *testing.T, e *env, clusterDir string, acl bool) {
+// runSystemJob deploys and exercises the system job; with tokens, the
+// agents must get exactly those from the Nomad variable.
+func runSystemJob(t *testing.T, e *env, clusterDir string, tokens []string) {
+	acl := tokens != nil
 	config := fmt.Sprintf(`{"interval":"3s","device":%q,"kv_prefix":%q,"ga":{"population":30,"generations":30}}`, e.device, e.prefix)
 	nomadAddr, consulAddr := e.nomad.Address(), os.Getenv("CONSUL_HTTP_ADDR")
 	if e.tc != nil {
@@ -322,6 +325,13 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, acl bool) {
 			files, _ := filepath.Glob(filepath.Join(clusterDir, "*", "alloc", in.alloc.ID, "agent", "secrets", "tokens.env"))
 			if len(files) != 1 {
 				t.Fatalf("no rendered secrets/tokens.env for %s", in.alloc.ID)
+			}
+			raw, err := os.ReadFile(files[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(raw), "NOMAD_TOKEN="+tokens[0]) || !strings.Contains(string(raw), "CONSUL_HTTP_TOKEN="+tokens[1]) {
+				t.Fatalf("%s: secrets/tokens.env does not hold the variable's tokens", in.alloc.ID)
 			}
 		}
 	}
