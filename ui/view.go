@@ -104,6 +104,31 @@ type overview struct {
 	Rounds []roundRow
 }
 
+// palette holds distinct colours for the first jobs (in name order);
+// later ones get a colour from a hash of their name.
+var palette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#2f4b7c", "#a05195", "#66c2a5"}
+
+// jobColors assigns each job of the status its colour.
+func jobColors(st *jobs.Status) map[string]string {
+	m := map[string]string{}
+	if st == nil {
+		return m
+	}
+	names := make([]string, 0, len(st.Jobs))
+	for _, j := range st.Jobs {
+		names = append(names, j.Job)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		if i < len(palette) {
+			m[n] = palette[i]
+		} else {
+			m[n] = jobColor(n)
+		}
+	}
+	return m
+}
+
 func jobColor(job string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(job))
@@ -139,7 +164,7 @@ func newHeader(s *Snapshot, now time.Time, refresh time.Duration) header {
 // buildMap lays the nodes out as rows of GPUs, each GPU coloured by the
 // job Nomad runs on it: scheduled Pollux jobs, Pollux-tagged jobs the
 // controller holds (invalid), jobs outside Pollux, then free GPUs.
-func buildMap(st *jobs.Status) clusterMap {
+func buildMap(st *jobs.Status, colors map[string]string) clusterMap {
 	var m clusterMap
 	if st == nil {
 		return m
@@ -158,7 +183,7 @@ func buildMap(st *jobs.Status) clusterMap {
 		for _, r := range j.Running {
 			perNode[r.Node] = append(perNode[r.Node], holder{j.Job, kind, r.GPUs})
 			if totals[j.Job] == nil {
-				totals[j.Job] = &legendEntry{Job: j.Job, Fill: jobColor(j.Job), Kind: kind}
+				totals[j.Job] = &legendEntry{Job: j.Job, Fill: colors[j.Job], Kind: kind}
 			}
 			totals[j.Job].GPUs += r.GPUs
 		}
@@ -167,8 +192,10 @@ func buildMap(st *jobs.Status) clusterMap {
 	for _, n := range st.NodeMap {
 		maxGPUs = max(maxGPUs, n.GPUs)
 	}
+	nodes := append([]jobs.NodeStatus(nil), st.NodeMap...)
+	sort.SliceStable(nodes, func(a, b int) bool { return nodeName(nodes[a]) < nodeName(nodes[b]) })
 	y := mapPaddingY
-	for _, n := range st.NodeMap {
+	for _, n := range nodes {
 		hs := perNode[n.ID]
 		sort.SliceStable(hs, func(a, b int) bool { return hs[a].job < hs[b].job })
 		if n.Other > 0 {
@@ -187,7 +214,7 @@ func buildMap(st *jobs.Status) clusterMap {
 			case kindOther:
 				c.Fill, c.Title = "#9e9e9e", fmt.Sprintf("GPU %d: a job Pollux does not manage", i)
 			default:
-				c.Fill, c.Title = jobColor(job), fmt.Sprintf("GPU %d: %s (%s)", i, job, kind)
+				c.Fill, c.Title = colors[job], fmt.Sprintf("GPU %d: %s (%s)", i, job, kind)
 			}
 			row.Cells = append(row.Cells, c)
 			i++
@@ -217,10 +244,14 @@ func buildMap(st *jobs.Status) clusterMap {
 }
 
 func newOverview(s *Snapshot, now time.Time, refresh time.Duration) overview {
-	o := overview{header: newHeader(s, now, refresh), Map: buildMap(s.Status)}
+	colors := jobColors(s.Status)
+	o := overview{header: newHeader(s, now, refresh), Map: buildMap(s.Status, colors)}
 	if st := s.Status; st != nil {
+		names := nodeNames(st)
 		for _, j := range st.Jobs {
-			o.Jobs = append(o.Jobs, newJobRow(j, s.Jobs[j.Job], now))
+			r := newJobRow(j, s.Jobs[j.Job], now, names)
+			r.Fill = colors[j.Job]
+			o.Jobs = append(o.Jobs, r)
 		}
 	}
 	for _, r := range s.Rounds {
@@ -229,13 +260,13 @@ func newOverview(s *Snapshot, now time.Time, refresh time.Duration) overview {
 	return o
 }
 
-func newJobRow(j jobs.JobStatus, d *JobData, now time.Time) jobRow {
-	r := jobRow{Job: j.Job, Link: j.Job, State: j.State, GPUs: j.GPUs, Restarts: j.Restarts, Fill: jobColor(j.Job),
+func newJobRow(j jobs.JobStatus, d *JobData, now time.Time, names map[string]string) jobRow {
+	r := jobRow{Job: j.Job, Link: j.Job, State: j.State, GPUs: j.GPUs, Restarts: j.Restarts,
 		Placement: "-", Batch: "-", LR: "-", Accum: "-", Goodput: "-", Speedup: "-", Efficiency: "-", Progress: "-", Age: "-", Waiting: "-"}
 	if dec := j.Decision; dec != nil {
 		r.Batch, r.LR, r.Accum = fmt.Sprint(dec.BatchSize), fmt.Sprintf("%.4g", dec.LR), fmt.Sprint(dec.AccumSteps)
 		if dec.Placement != "" {
-			r.Placement = dec.Placement
+			r.Placement = namedPlacement(dec.Placement, names)
 		}
 	}
 	if x := j.Explain; x != nil {
@@ -339,9 +370,10 @@ func newDetail(s *Snapshot, job string, now time.Time, refresh time.Duration) de
 	}
 	d.Found = true
 	data := s.Jobs[job]
-	d.Row = newJobRow(*js, data, now)
+	names := nodeNames(st)
+	d.Row = newJobRow(*js, data, now, names)
 	d.Explain, d.Decision = js.Explain, js.Decision
-	d.Running = jobs.FormatPlacement(js.Running)
+	d.Running = namedPlacement(jobs.FormatPlacement(js.Running), names)
 	d.History = s.Allocations[job]
 	if data != nil && data.MetricsError != "" {
 		d.Metrics = data.MetricsError
@@ -444,6 +476,35 @@ func fitError(p model.PerfParams, points []model.ProfilePoint) ([]fitPoint, stri
 		return nil, ""
 	}
 	return out, fmt.Sprintf("%.1f%% RMS relative error of the step time over %d configurations", 100*math.Sqrt(sum/float64(len(points))), len(points))
+}
+
+func nodeName(n jobs.NodeStatus) string {
+	if n.Name != "" {
+		return n.Name
+	}
+	return n.ID
+}
+
+// namedPlacement renders "node-id:gpus,..." with node names where the
+// status knows them.
+func namedPlacement(p string, names map[string]string) string {
+	parts := strings.Split(p, ",")
+	for i, part := range parts {
+		if id, gpus, ok := strings.Cut(part, ":"); ok && names[id] != "" {
+			parts[i] = names[id] + ":" + gpus
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func nodeNames(st *jobs.Status) map[string]string {
+	m := map[string]string{}
+	if st != nil {
+		for _, n := range st.NodeMap {
+			m[n.ID] = n.Name
+		}
+	}
+	return m
 }
 
 // shortJob trims a long job name for the map legend.
