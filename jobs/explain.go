@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/pollux-nomad/pollux/model"
@@ -197,7 +198,20 @@ func Explain(in ExplainInput) Explanation {
 	if in.State == StateScheduled && in.Error != "" && x.Reason != ReasonBadMetrics && !held && x.Reason != ReasonCapacity {
 		x.Message += " (" + firstLineOf(in.Error) + ")"
 	}
+	// Four significant digits are plenty to read and keep the status
+	// document small (it holds every job).
+	for _, f := range []*float64{&x.Speedup, &x.SpeedupLess, &x.SpeedupMore, &x.Goodput, &x.Efficiency, &x.BaseGoodput} {
+		*f = sig4(*f)
+	}
 	return x
+}
+
+func sig4(v float64) float64 {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	if err != nil {
+		return v
+	}
+	return r
 }
 
 // CurvePoint is a job's predicted goodput and speedup on some GPUs.

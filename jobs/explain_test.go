@@ -120,8 +120,9 @@ func TestExplainNumbers(t *testing.T) {
 		"efficiency": {x.Efficiency, model.Efficiency(f.Grad, 128, 768)},
 	}
 	for name, v := range want {
-		if !(v[1] > 0) || math.Abs(v[0]-v[1]) > 1e-12*v[1] {
-			t.Errorf("%s = %g, want %g (positive)", name, v[0], v[1])
+		// The explanation keeps 4 significant digits.
+		if !(v[1] > 0) || math.Abs(v[0]-v[1]) > 5e-4*v[1] {
+			t.Errorf("%s = %g, want %g to 4 digits (positive)", name, v[0], v[1])
 		}
 	}
 	if !(x.SpeedupLess < x.Speedup) {
