@@ -10,61 +10,6 @@ import (
 	"github.com/pollux-nomad/pollux/policy"
 )
 
-// Reasons a job has its allocation or waits (Explanation.Reason). The
-// status page, `pollux status` and `pollux plan` all show these words.
-const (
-	ReasonInvalidMeta = "invalid_meta" // a pollux_* key is malformed: the job is left untouched
-	ReasonInvalidSpec = "invalid_spec" // the job's groups or devices cannot be managed
-	ReasonReadError   = "read_error"   // Nomad or Consul could not be read: held as it is
-	ReasonStopped     = "stopped"      // stopped or dead: ignored
-	ReasonConflict    = "conflict"     // an operator edited the job since it was read: their version stays this round
-	ReasonHeld        = "held"         // no change this round (Consul down, lock not shown, move deferred)
-	ReasonNoMetrics   = "no_metrics"   // no model yet: the initial batch size, speedup unknown
-	ReasonBadMetrics  = "bad_metrics"  // the latest metrics document was rejected: the last good model is used
-	ReasonCapacity    = "capacity"     // waits or is held back: no GPU is left free
-	ReasonFairShare   = "fair_share"   // waits or has fewer GPUs: other jobs gain more from them
-	ReasonAtCap       = "at_cap"       // has the most GPUs it may have
-	ReasonAtMin       = "at_min"       // has the fewest GPUs it may have
-	ReasonGoodput     = "goodput"      // one GPU more or less would not raise the cluster's fitness
-)
-
-// Explanation is why a job has its allocation or waits, with the numbers
-// behind it. Speedups are relative to the job's fair-share base, the
-// goodput it would have on K_f GPUs on N_f nodes (Pollux, OSDI '21, §4.1;
-// see policy.PolluxPolicy), as in the policy's fitness.
-type Explanation struct {
-	// Reason is one of the Reason* codes.
-	Reason string `json:"reason"`
-	// Message says it in words, with the numbers.
-	Message string `json:"message"`
-	// Key is the meta key at fault for invalid_meta.
-	Key string `json:"key,omitempty"`
-	// Speedup is the predicted speedup at the job's allocation; the two
-	// others at one GPU less and one more (0: not possible or unknown).
-	Speedup     float64 `json:"speedup,omitempty"`
-	SpeedupLess float64 `json:"speedup_one_less,omitempty"`
-	SpeedupMore float64 `json:"speedup_one_more,omitempty"`
-	// Goodput is the predicted goodput at the allocation (examples/s at
-	// M0-equivalent progress), and Efficiency the statistical efficiency
-	// of the decided batch size.
-	Goodput    float64 `json:"goodput,omitempty"`
-	Efficiency float64 `json:"efficiency,omitempty"`
-	// BaseGoodput is the fair-share base: the goodput on FairShareGPUs GPUs
-	// on FairShareNodes nodes.
-	BaseGoodput    float64 `json:"base_goodput,omitempty"`
-	FairShareGPUs  int     `json:"fair_share_gpus,omitempty"`
-	FairShareNodes int     `json:"fair_share_nodes,omitempty"`
-	// MinGPUs and MaxGPUs are the job's bounds this round (MaxGPUs after
-	// every cap); CapBy names what set MaxGPUs.
-	MinGPUs int    `json:"min_gpus,omitempty"`
-	MaxGPUs int    `json:"max_gpus,omitempty"`
-	CapBy   string `json:"cap_by,omitempty"`
-	// InitBatchSize (M0) and Bounds are the job's batch settings, so that
-	// a reader with the job's model (its state key) can draw its curves.
-	InitBatchSize int           `json:"init_batch_size,omitempty"`
-	Bounds        *model.Bounds `json:"bounds,omitempty"`
-}
-
 // ExplainInput is what Explain needs to know of one job after a round.
 type ExplainInput struct {
 	// State and Error are the job's status state and error.
@@ -127,7 +72,8 @@ func Explain(in ExplainInput) Explanation {
 	// Scheduled: the numbers first.
 	if in.Fit != nil {
 		b := in.Bounds
-		x.Bounds, x.InitBatchSize = &b, int(in.Fit.InitBatchSize)
+		x.Bounds = &BatchBounds{MaxBatchSize: b.MaxBatchSize, MinLocalBsz: b.MinLocalBsz, MaxLocalBsz: b.MaxLocalBsz, Accumulation: b.Accumulation}
+		x.InitBatchSize = int(in.Fit.InitBatchSize)
 	}
 	x.FairShareGPUs, x.FairShareNodes = FairShare(in.PolicyGPUs, in.PolicyNodes, in.PolicyJobs)
 	if in.Fit != nil && x.FairShareGPUs > 0 {
@@ -223,6 +169,11 @@ type CurvePoint struct {
 	BatchSize int     `json:"batch_size"`
 }
 
+// ModelBounds converts a status document's batch bounds for the model.
+func ModelBounds(b BatchBounds) model.Bounds {
+	return model.Bounds{MaxBatchSize: b.MaxBatchSize, MinLocalBsz: b.MinLocalBsz, MaxLocalBsz: b.MaxLocalBsz, Accumulation: b.Accumulation}
+}
+
 // SpeedupCurve predicts a job's goodput on 1..maxGPUs GPUs packed on as
 // few nodes of perNode GPUs as possible, and its speedup over base (no
 // speedups when base is not positive). Configurations the bounds forbid
@@ -263,16 +214,6 @@ func gpusWords(n int) string {
 		return "1 GPU"
 	}
 	return fmt.Sprintf("%d GPUs", n)
-}
-
-// NodeStatus is one node of the cluster map in the status document.
-type NodeStatus struct {
-	ID   string `json:"id"`
-	Name string `json:"name,omitempty"`
-	// GPUs is the node's healthy GPUs; Other those held by jobs Pollux
-	// does not manage.
-	GPUs  int `json:"gpus"`
-	Other int `json:"other,omitempty"`
 }
 
 // explain fills each job's explanation and the node map of the status

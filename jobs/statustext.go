@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// WriteTable writes the status as a readable table: one line per job with
+// WriteStatusTable writes the status as a readable table: one line per job with
 // its state, GPUs, placement, batch size, LR, speedup and the reason for
 // its allocation. now is used for ages (the status's own time if zero).
-func (s *Status) WriteTable(w io.Writer, now time.Time) error {
+func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 	if now.IsZero() {
 		now = s.Time
 	}
@@ -48,9 +48,9 @@ func (s *Status) WriteTable(w io.Writer, now time.Time) error {
 	return err
 }
 
-// FindJob returns one job's line: job is "namespace/id", or an ID in any
+// FindJobStatus returns one job's line: job is "namespace/id", or an ID in any
 // namespace; it fails when no job or several match.
-func (s *Status) FindJob(job string) (JobStatus, error) {
+func FindJobStatus(s *Status, job string) (JobStatus, error) {
 	var found []JobStatus
 	for _, j := range s.Jobs {
 		if j.Job == job || strings.HasSuffix(j.Job, "/"+job) && !strings.Contains(job, "/") {
@@ -66,10 +66,10 @@ func (s *Status) FindJob(job string) (JobStatus, error) {
 	return found[0], nil
 }
 
-// WriteJob writes one job's detail (FindJob names it): its decision, the
+// WriteJobStatus writes one job's detail (FindJobStatus names it): its decision, the
 // explanation with the numbers behind it, and where Nomad runs it.
-func (s *Status) WriteJob(w io.Writer, job string, now time.Time) error {
-	j, err := s.FindJob(job)
+func WriteJobStatus(w io.Writer, s *Status, job string, now time.Time) error {
+	j, err := FindJobStatus(s, job)
 	if err != nil {
 		return err
 	}

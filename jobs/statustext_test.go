@@ -22,7 +22,7 @@ func testStatus() *Status {
 
 func TestWriteTable(t *testing.T) {
 	var b strings.Builder
-	if err := testStatus().WriteTable(&b, time.Time{}); err != nil {
+	if err := WriteStatusTable(&b, testStatus(), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -39,7 +39,7 @@ func TestWriteTable(t *testing.T) {
 func TestWriteJob(t *testing.T) {
 	st := testStatus()
 	var b strings.Builder
-	if err := st.WriteJob(&b, "default/train", time.Time{}); err != nil {
+	if err := WriteJobStatus(&b, st, "default/train", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"fair-share base", "1.800 (one GPU less 1.000, one more 1.900)", "n1:2", "micro-batch 256"} {
@@ -47,10 +47,10 @@ func TestWriteJob(t *testing.T) {
 			t.Errorf("detail lacks %q:\n%s", want, b.String())
 		}
 	}
-	if err := st.WriteJob(&b, "train", time.Time{}); err == nil || !strings.Contains(err.Error(), "ambiguous") {
+	if err := WriteJobStatus(&b, st, "train", time.Time{}); err == nil || !strings.Contains(err.Error(), "ambiguous") {
 		t.Errorf("ID in two namespaces: %v, want ambiguous", err)
 	}
-	if err := st.WriteJob(&b, "nope", time.Time{}); err == nil || !strings.Contains(err.Error(), `"nope" is not in round 7`) {
+	if err := WriteJobStatus(&b, st, "nope", time.Time{}); err == nil || !strings.Contains(err.Error(), `"nope" is not in round 7`) {
 		t.Errorf("unknown job: %v", err)
 	}
 }

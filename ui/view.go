@@ -420,7 +420,7 @@ func newDetail(s *Snapshot, job string, now time.Time, refresh time.Duration) de
 		perNode = max(perNode, n.GPUs)
 	}
 	maxK := min(max(st.GPUs, x.MaxGPUs, js.GPUs+1, 2), 64)
-	curve := jobs.SpeedupCurve(f, *x.Bounds, x.BaseGoodput, maxK, perNode)
+	curve := jobs.SpeedupCurve(f, jobs.ModelBounds(*x.Bounds), x.BaseGoodput, maxK, perNode)
 	var xs, ys []float64
 	var titles []string
 	mark := -1

@@ -238,7 +238,7 @@ func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
 func printStatus(w io.Writer, st *jobs.Status, asJSON bool, job string) error {
 	var doc any = st
 	if job != "" {
-		j, err := st.FindJob(job)
+		j, err := jobs.FindJobStatus(st, job)
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -250,9 +250,9 @@ func printStatus(w io.Writer, st *jobs.Status, asJSON bool, job string) error {
 		return enc.Encode(doc)
 	}
 	if job != "" {
-		return st.WriteJob(w, job, time.Now())
+		return jobs.WriteJobStatus(w, st, job, time.Now())
 	}
-	return st.WriteTable(w, time.Now())
+	return jobs.WriteStatusTable(w, st, time.Now())
 }
 
 // instanceName identifies this agent: host and Nomad allocation, or host
