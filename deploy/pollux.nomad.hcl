@@ -41,6 +41,12 @@ variable "consul_addr" {
   description = "CONSUL_HTTP_ADDR for the agent; empty: <node address>:8500"
 }
 
+variable "check_interval" {
+  type        = string
+  default     = "10s"
+  description = "how often Consul checks each instance's /healthz"
+}
+
 variable "config" {
   type        = string
   description = "the agent's configuration file (JSON); pollux/config in Consul KV wins field by field"
@@ -89,7 +95,7 @@ job "pollux" {
       check {
         type     = "http"
         path     = "/healthz"
-        interval = "10s"
+        interval = var.check_interval
         timeout  = "2s"
       }
     }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -275,6 +276,7 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, tokens []string) {
 		"consul_addr":          hclString(consulAddr),
 		"config":               hclString(config),
 		"tokens_from_variable": strconv.FormatBool(acl),
+		"check_interval":       hclString("1s"),
 	}
 	job := e.systemJob(t, vars)
 	if *job.ID != systemJobID || *job.Type != "system" {
@@ -341,10 +343,31 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, tokens []string) {
 	// removes the services of allocations it does not run at every sync
 	// (hashicorp/nomad#9916; on a real cluster each node has its own
 	// agent), so each instance's registration comes and goes: the test
-	// watches for each instance's check to pass with /healthz's answer.
+	// checks every second and watches for each instance's check to pass
+	// with /healthz's answer. The clients started together sync in step,
+	// so one client's registrations may be removed within milliseconds,
+	// every time: if an instance's check has not passed after 15 s, its
+	// Nomad client is restarted (its tasks keep running), which moves its
+	// syncs away from the other's.
 	passed := map[string]string{}
-	deadline := time.Now().Add(90 * time.Second)
+	checkStart := time.Now()
+	deadline := checkStart.Add(90 * time.Second)
+	restarted := false
 	for len(passed) < len(insts) {
+		if !restarted && time.Since(checkStart) > 15*time.Second {
+			restarted = true
+			for _, in := range insts {
+				if _, ok := passed[in.alloc.ID]; !ok {
+					node, _, err := e.nomad.Nodes().Info(in.alloc.NodeID, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("consul check of %s not seen passing in 15s: restarting its Nomad client %s", in.alloc.ID[:8], node.Name)
+					e.clusterScript(t, "stop", node.Name)
+					e.clusterScript(t, "start", node.Name)
+				}
+			}
+		}
 		entries, _, err := e.consul.Health().Service("pollux", "", false, nil)
 		for _, en := range entries {
 			for _, c := range en.Checks {
@@ -434,6 +457,21 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, tokens []string) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	t.Logf("nomad job stop pollux: allocations stopped and the lock released in %s", time.Since(stopped).Round(100*time.Millisecond))
+}
+
+// clusterScript runs scripts/cluster.sh ACTION AGENT on the test's
+// cluster (the dedicated one, or the shared one named by the environment).
+func (e *env) clusterScript(t *testing.T, action, agent string) {
+	t.Helper()
+	if e.tc != nil {
+		e.tc.fault(action, agent)
+		return
+	}
+	out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), action, agent).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cluster.sh %s %s: %v\n%s", action, agent, err, out)
+	}
+	t.Logf("cluster.sh %s %s: %s", action, agent, strings.TrimSpace(string(out)))
 }
 
 func lastLines(s string, n int) string {
