@@ -125,7 +125,7 @@ func WriteJobStatus(w io.Writer, s *Status, job string, now time.Time) error {
 
 func timingsText(t map[string]float64) string {
 	var b strings.Builder
-	for _, k := range []string{"snapshot", "fit", "optimize", "apply", "total"} {
+	for _, k := range []string{"snapshot", "fit", "optimize", "plan", "apply", "total"} {
 		if v, ok := t[k]; ok {
 			fmt.Fprintf(&b, " %s=%.1f", k, v)
 		}

@@ -89,12 +89,12 @@ type jobRow struct {
 }
 
 type roundRow struct {
-	Round                                 int64
-	Time, Instance                        string
-	Snapshot, Fit, Optimize, Apply, Total string
-	Conflicts, Changed, Jobs              int
-	Errors                                []string
-	DryRun                                bool
+	Round                                       int64
+	Time, Instance                              string
+	Snapshot, Fit, Optimize, Plan, Apply, Total string
+	Conflicts, Changed, Jobs                    int
+	Errors                                      []string
+	DryRun                                      bool
 }
 
 type overview struct {
@@ -303,7 +303,7 @@ func newRoundRow(r RoundSummary, now time.Time) roundRow {
 		return "-"
 	}
 	return roundRow{Round: r.Round, Time: r.Time.Format("15:04:05") + " (" + ago(r.Time, now) + " ago)", Instance: r.Instance,
-		Snapshot: ms("snapshot"), Fit: ms("fit"), Optimize: ms("optimize"), Apply: ms("apply"), Total: ms("total"),
+		Snapshot: ms("snapshot"), Fit: ms("fit"), Optimize: ms("optimize"), Plan: ms("plan"), Apply: ms("apply"), Total: ms("total"),
 		Conflicts: r.Conflicts, Changed: r.Changed, Jobs: r.Jobs, Errors: r.Errors, DryRun: r.DryRun}
 }
 
