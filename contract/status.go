@@ -27,6 +27,16 @@ type JobStatus struct {
 	Applied  bool      `json:"applied,omitempty"`
 	Conflict bool      `json:"conflict,omitempty"`
 	Fitted   bool      `json:"fitted,omitempty"`
+	// Explain is why the job has its allocation or waits.
+	Explain *Explanation `json:"explain,omitempty"`
+	// Running is what Nomad runs for the job, per node.
+	Running []NodeGPUs `json:"running,omitempty"`
+	// Submitted is when the job was first registered; WaitingSince, for a
+	// job with no GPU, since when it has had none.
+	Submitted    *time.Time `json:"submitted,omitempty"`
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	// Restarts counts the job's reallocations after the first.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // Status is the summary of one round, written by the leader at StatusKey.
@@ -43,6 +53,8 @@ type Status struct {
 	// Timings are the phase durations in milliseconds: snapshot, fit,
 	// optimize, apply, total.
 	Timings map[string]float64 `json:"timings_ms"`
+	// NodeMap lists the nodes with their GPUs.
+	NodeMap []NodeStatus `json:"node_map,omitempty"`
 }
 
 // String renders the status as a readable table.

@@ -14,6 +14,55 @@ variable "datacenters" {
   default = ["*"]
 }
 
+# The variables below keep their defaults on a real cluster; the local
+# test cluster (e2e/systemjob_test.go) sets them.
+
+variable "driver" {
+  type        = string
+  default     = "exec"
+  description = "task driver: exec (isolated) or raw_exec where exec is not available"
+}
+
+variable "http_port" {
+  type        = number
+  default     = 9505
+  description = "static port of /ui, /healthz and /metrics on every node; 0 for a dynamic port (needed when nodes share an address)"
+}
+
+variable "nomad_addr" {
+  type        = string
+  default     = ""
+  description = "NOMAD_ADDR for the agent; empty: http://<node address>:4646"
+}
+
+variable "consul_addr" {
+  type        = string
+  default     = ""
+  description = "CONSUL_HTTP_ADDR for the agent; empty: <node address>:8500"
+}
+
+variable "check_interval" {
+  type        = string
+  default     = "10s"
+  description = "how often Consul checks each instance's /healthz"
+}
+
+variable "config" {
+  type        = string
+  description = "the agent's configuration file (HCL, deploy/config.example.hcl lists every field); pollux/config in Consul KV (JSON) wins field by field"
+  default     = <<-EOT
+    interval  = "60s"
+    device    = "nvidia/gpu"
+    kv_prefix = "pollux/"
+  EOT
+}
+
+variable "tokens_from_variable" {
+  type        = bool
+  default     = false
+  description = "with ACLs: read NOMAD_TOKEN and CONSUL_HTTP_TOKEN from the Nomad variable nomad/jobs/pollux (keys nomad_token, consul_token) through the job's workload identity"
+}
+
 job "pollux" {
   type        = "system"
   datacenters = var.datacenters
@@ -22,8 +71,18 @@ job "pollux" {
 
   group "controller" {
     network {
-      port "http" {
-        static = 9505
+      # A static port when http_port > 0, else a dynamic one.
+      dynamic "port" {
+        for_each = var.http_port > 0 ? [var.http_port] : []
+        labels   = ["http"]
+        content {
+          static = port.value
+        }
+      }
+      dynamic "port" {
+        for_each = var.http_port > 0 ? [] : [0]
+        labels   = ["http"]
+        content {}
       }
     }
 
@@ -34,13 +93,13 @@ job "pollux" {
       check {
         type     = "http"
         path     = "/healthz"
-        interval = "10s"
+        interval = var.check_interval
         timeout  = "2s"
       }
     }
 
     task "agent" {
-      driver = "exec"
+      driver = var.driver
 
       artifact {
         source = var.artifact
@@ -55,36 +114,37 @@ job "pollux" {
       # environment or Nomad workload identity / Vault; set them here if not.
       # With ACLs, store the two least-privilege tokens (deploy/acl/, README
       # "Access control and TLS") in the Nomad variable nomad/jobs/pollux,
-      # which this job's workload identity may read, and uncomment:
+      # which this job's workload identity may read, and run with
+      # -var tokens_from_variable=true:
       #
-      # template {
-      #   destination = "secrets/tokens.env"
-      #   env         = true
-      #   data        = <<-EOT
-      #     {{ with nomadVar "nomad/jobs/pollux" }}
-      #     NOMAD_TOKEN={{ .nomad_token }}
-      #     CONSUL_HTTP_TOKEN={{ .consul_token }}
-      #     {{ end }}
-      #   EOT
-      # }
+      #   nomad var put nomad/jobs/pollux nomad_token=<secret> consul_token=<secret>
+      dynamic "template" {
+        for_each = var.tokens_from_variable ? [1] : []
+        content {
+          destination = "secrets/tokens.env"
+          env         = true
+          data        = <<-EOT
+            {{ with nomadVar "nomad/jobs/pollux" }}
+            NOMAD_TOKEN={{ .nomad_token }}
+            CONSUL_HTTP_TOKEN={{ .consul_token }}
+            {{ end }}
+          EOT
+        }
+      }
       #
       # With TLS, use https:// in NOMAD_ADDR and set NOMAD_CACERT,
       # CONSUL_HTTP_SSL=true and CONSUL_CACERT (and the client certificate
       # variables if the servers verify clients).
       env {
-        NOMAD_ADDR       = "http://${attr.unique.network.ip-address}:4646"
-        CONSUL_HTTP_ADDR = "${attr.unique.network.ip-address}:8500"
+        NOMAD_ADDR       = var.nomad_addr != "" ? var.nomad_addr : "http://${attr.unique.network.ip-address}:4646"
+        CONSUL_HTTP_ADDR = var.consul_addr != "" ? var.consul_addr : "${attr.unique.network.ip-address}:8500"
       }
 
       # The agent's configuration file, in HCL (deploy/config.example.hcl
       # lists every field).
       template {
         destination = "local/pollux.hcl"
-        data        = <<-EOT
-          interval  = "60s"
-          device    = "nvidia/gpu"
-          kv_prefix = "pollux/"
-        EOT
+        data        = var.config
       }
 
       resources {

@@ -264,6 +264,8 @@ type round struct {
 	entries []*entry
 	in      policy.Input
 	next    policy.Allocations
+	// read holds every listed job as read (for the explanations).
+	read []Job
 }
 
 // Round runs one scheduling round in named phases: snapshot (list and
@@ -321,6 +323,7 @@ func (c *Controller) lap(r *round, name string, t0 time.Time) {
 // document. An interrupted round still records what it did (and its
 // number, so that the next leader's rounds go on from it).
 func (c *Controller) publishStatus(ctx context.Context, r *round) {
+	c.explain(r.cfg, r.status, r.stats, r.read, r.entries, r.nodes, r.in, r.next)
 	for _, st := range r.stats {
 		r.status.Jobs = append(r.status.Jobs, *st)
 	}

@@ -30,6 +30,7 @@ func (c *Controller) snapshot(ctx context.Context, r *round) error {
 		}
 	}
 	read, readErrs := c.readJobs(ctx, refs)
+	r.read = read
 	for i, ref := range refs {
 		st := &JobStatus{Job: ref.String()}
 		r.stats = append(r.stats, st)

@@ -40,6 +40,7 @@ type Telemetry struct {
 	lastPhase *prometheus.GaugeVec
 	jobs      *prometheus.GaugeVec
 	jobGPUs   *prometheus.GaugeVec
+	gpus      prometheus.Gauge
 
 	mu sync.Mutex
 	// decided holds the jobs given GPUs (setJobGPUs) since the last
@@ -79,9 +80,12 @@ func NewTelemetry() *Telemetry {
 		jobGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pollux_job_gpus", Help: "GPUs allocated to each job by the last round's decision.",
 		}, []string{"job"}),
+		gpus: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pollux_cluster_gpus", Help: "GPUs the last round could hand to Pollux jobs (healthy, not held by other jobs).",
+		}),
 		decided: map[string]bool{}, gpuJobs: map[string]bool{}, states: map[string]bool{},
 	}
-	t.reg.MustRegister(t.rounds, t.leader, t.conflicts, t.errors, t.phase, t.lastPhase, t.jobs, t.jobGPUs,
+	t.reg.MustRegister(t.rounds, t.leader, t.conflicts, t.errors, t.phase, t.lastPhase, t.jobs, t.jobGPUs, t.gpus,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return t
 }
@@ -124,6 +128,7 @@ func (t *Telemetry) observeRound(s *Status) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rounds.Inc()
+	t.gpus.Set(float64(s.GPUs))
 	count := map[string]int{}
 	for _, j := range s.Jobs {
 		count[j.State]++

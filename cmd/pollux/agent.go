@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -17,6 +18,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
+	"github.com/pollux-nomad/pollux/ui"
 )
 
 // agentFlags are shared by agent, plan and status.
@@ -114,11 +116,15 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	acc := jobs.NewAccessCheck(ao)
 	if f.httpAddr != "" {
-		addr, err := jobs.Serve(ctx, f.httpAddr, jobs.Handler(tel, acc), s.log)
+		mux := jobs.Handler(tel, acc)
+		page := ui.Handler(ui.NewConsulSource(ctx, s.kv, ui.ReaderOf(os.Getenv("CONSUL_HTTP_TOKEN")), s.log), ui.Options{Logger: s.log})
+		mux.Handle("/ui", page)
+		mux.Handle("/ui/", page)
+		addr, err := jobs.Serve(ctx, f.httpAddr, mux, s.log)
 		if err != nil {
 			return err
 		}
-		s.log.Info("serving health and metrics", "addr", addr.String())
+		s.log.Info("serving health, metrics and the status page /ui", "addr", addr.String())
 	}
 	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
 	ready := make(chan struct{})
@@ -164,7 +170,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return printStatus(stdout, st, *asJSON)
+	return printStatus(stdout, st, *asJSON, "")
 }
 
 // runStatus prints the last round from <prefix>status.
@@ -176,6 +182,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print the raw status JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 1 {
+		return usageErr("usage: pollux status [flags] [JOB]")
 	}
 	s, err := newSetup(ctx, &f, stderr)
 	if err != nil {
@@ -192,7 +201,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := jsonUnmarshal(raw, &st); err != nil {
 		return fmt.Errorf("failed to parse status: %w", err)
 	}
-	return printStatus(stdout, &st, *asJSON)
+	return printStatus(stdout, &st, *asJSON, fs.Arg(0))
 }
 
 // readOnlyKV drops writes, so `pollux plan` changes nothing.
@@ -204,14 +213,26 @@ func (readOnlyKV) Delete(context.Context, string, bool) error        { return ni
 
 func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
 
-func printStatus(w io.Writer, st *jobs.Status, asJSON bool) error {
+// printStatus prints a round as a table, or one job's detail (job not
+// empty), or either as JSON.
+func printStatus(w io.Writer, st *jobs.Status, asJSON bool, job string) error {
+	var doc any = st
+	if job != "" {
+		j, err := jobs.FindJobStatus(st, job)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		doc = j
+	}
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(doc)
 	}
-	_, err := io.WriteString(w, st.String())
-	return err
+	if job != "" {
+		return jobs.WriteJobStatus(w, st, job, time.Now())
+	}
+	return jobs.WriteStatusTable(w, st, time.Now())
 }
 
 // instanceName identifies this agent: host and Nomad allocation, or host

@@ -25,8 +25,8 @@ var layers = [][]string{
 	// simulator.
 	{"policy/policytest", "consul", "jobs", "sim"},
 	// The Nomad adapter (it implements the controller's types), the
-	// in-memory harness, the worker's Go reporter.
-	{"nomad", "nomad/nomadtest", "jobs/jobstest", "worker/go/report"},
+	// in-memory harness, the worker's Go reporter, the status page.
+	{"nomad", "nomad/nomadtest", "jobs/jobstest", "worker/go/report", "ui"},
 	// The emulated trainer, then the closed-loop demo.
 	{"emulate"},
 	{"demo"},
