@@ -382,3 +382,24 @@ func (c *Client) Delete(ctx context.Context, key string, recurse bool) error {
 	}
 	return nil
 }
+
+// ListKeys returns the keys under the folder dir (relative to the prefix,
+// without their values), for instance every job's keys under "jobs/".
+func (c *Client) ListKeys(ctx context.Context, dir string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	full, err := c.full(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list keys: %w", err)
+	}
+	full += "/"
+	keys, _, err := c.kv.Keys(full, "", (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list keys under %q: %w", full, c.denied(err, "listing", full, false))
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = strings.TrimPrefix(k, c.cfg.Prefix)
+	}
+	return out, nil
+}

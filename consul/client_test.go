@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/hashicorp/consul/api"
 
 	"github.com/pollux-nomad/pollux/consul"
@@ -61,6 +62,7 @@ func TestNewConfig(t *testing.T) {
 var (
 	_ jobs.KV         = (*consul.Client)(nil)
 	_ jobs.Leadership = (*consul.Leader)(nil)
+	_ jobs.KeyLister  = (*consul.Client)(nil)
 )
 
 func TestGetPut(t *testing.T) {
@@ -458,6 +460,38 @@ func TestDelete(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, keysUnder(t, raw, c.Prefix())); diff != "" {
 				t.Errorf("keys after Delete (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestListKeys: the keys under a folder, relative to the prefix, and
+// only under it ("jobs/default/train/" is not "jobs/default/train2/").
+func TestListKeys(t *testing.T) {
+	raw := rawClient(t)
+	ctx := context.Background()
+	c := newClient(t, raw, consul.Config{})
+	for _, k := range []string{"jobs/default/train/metrics", "jobs/default/train/state", "jobs/default/train2/metrics", "jobs/other/x/state", "config"} {
+		if err := c.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatalf("Put(%s): %v", k, err)
+		}
+	}
+	tests := map[string]struct {
+		dir  string
+		want []string
+	}{
+		"every job":    {"jobs/", []string{"jobs/default/train/metrics", "jobs/default/train/state", "jobs/default/train2/metrics", "jobs/other/x/state"}},
+		"one job":      {"jobs/default/train", []string{"jobs/default/train/metrics", "jobs/default/train/state"}},
+		"empty folder": {"jobs/none/", nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := c.ListKeys(ctx, tc.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("ListKeys(%s) (-want +got):\n%s", tc.dir, diff)
 			}
 		})
 	}

@@ -44,6 +44,10 @@ type Config struct {
 	// ExploreFactor caps a job's growth at this many times the most GPUs
 	// it has reported a profile for. Default 4.
 	ExploreFactor int
+	// StateGCGrace is how long the KV keys of a job that is no longer
+	// listed (purged, or its pollux_enabled removed) are kept before the
+	// leader deletes them. Default 24h; 0 keeps them forever.
+	StateGCGrace time.Duration
 	// Policy is "pollux" (default), or a baseline for comparisons:
 	// "tiresias" (each job on pollux_max_gpus GPUs at its initial batch
 	// size) or "optimus" (needs an oracle, see Options.Oracle).
@@ -56,6 +60,7 @@ func DefaultConfig() Config {
 		Interval:              60 * time.Second,
 		FairnessP:             -1,
 		RestartPenalty:        30 * time.Second,
+		StateGCGrace:          24 * time.Hour,
 		Device:                "nvidia/gpu",
 		KVPrefix:              "pollux/",
 		Population:            100,
@@ -73,6 +78,7 @@ type configDoc struct {
 	Interval              *string  `json:"interval" hcl:"interval,optional"`
 	FairnessP             *float64 `json:"fairness_p" hcl:"fairness_p,optional"`
 	RestartPenalty        *string  `json:"restart_penalty" hcl:"restart_penalty,optional"`
+	StateGCGrace          *string  `json:"state_gc_grace" hcl:"state_gc_grace,optional"`
 	Device                *string  `json:"device" hcl:"device,optional"`
 	NodePool              *string  `json:"node_pool" hcl:"node_pool,optional"`
 	MaxGPUsPerJob         *int     `json:"max_gpus_per_job" hcl:"max_gpus_per_job,optional"`
@@ -135,6 +141,7 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 	}
 	dur("interval", d.Interval, &out.Interval)
 	dur("restart_penalty", d.RestartPenalty, &out.RestartPenalty)
+	dur("state_gc_grace", d.StateGCGrace, &out.StateGCGrace)
 	if d.FairnessP != nil {
 		out.FairnessP = *d.FairnessP
 		if *d.FairnessP == 0 {
@@ -216,6 +223,9 @@ func (c Config) problems() []error {
 	if c.RestartPenalty < 0 || c.RestartPenalty > maxConfigDuration {
 		bad("restart_penalty", "must be in [0s, %s], got %s", maxConfigDuration, c.RestartPenalty)
 	}
+	if c.StateGCGrace < 0 || c.StateGCGrace > maxGCGrace {
+		bad("state_gc_grace", "must be in [0s, %s], got %s", maxGCGrace, c.StateGCGrace)
+	}
 	if parts := strings.Split(c.Device, "/"); len(c.Device) > maxConfigString || len(parts) < 2 || len(parts) > 3 || slicesHasEmpty(parts) {
 		bad("device", "want vendor/type or vendor/type/name, got %q", truncate(c.Device))
 	}
@@ -247,8 +257,10 @@ func (c Config) problems() []error {
 // mistake (and, for explore_factor, a GPU cap could overflow).
 const (
 	maxConfigDuration = 24 * time.Hour
-	maxConfigString   = 256
-	maxExploreFactor  = 1 << 10
+	// maxGCGrace bounds state_gc_grace: a year.
+	maxGCGrace       = 365 * 24 * time.Hour
+	maxConfigString  = 256
+	maxExploreFactor = 1 << 10
 )
 
 // jsonSpace is the white space JSON allows between tokens.

@@ -66,6 +66,10 @@ type Controller struct {
 	// kvErr is the round's first failure to reach Consul; once set, the
 	// round makes no further KV calls and changes no job.
 	kvErr error
+	// orphans holds, per job whose keys outlive it, since when it has not
+	// been listed; lastGC is the last garbage collection (gc.go).
+	orphans map[JobRef]time.Time
+	lastGC  time.Time
 }
 
 // New returns a controller with configuration cfg.
@@ -132,6 +136,7 @@ func (c *Controller) Forget() {
 	c.states = map[JobRef]*State{}
 	c.policies = map[string]cachedPolicy{}
 	c.lastTime = time.Time{}
+	c.orphans, c.lastGC = nil, time.Time{}
 }
 
 // TakeOver prepares the controller for a new term as leader. Every
@@ -295,6 +300,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	t0 = c.now()
 	c.apply(ctx, r, p)
 	c.lap(r, "apply", t0)
+	c.collectGarbage(ctx, r)
 	c.lap(r, "total", r.start)
 	c.publishStatus(ctx, r)
 	return r.status, nil

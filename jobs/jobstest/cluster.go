@@ -100,6 +100,18 @@ func (c *Cluster) Edit(ref jobs.JobRef, edit func(*jobs.Job)) error {
 	return nil
 }
 
+// Purge removes a job and frees its GPUs, as `nomad job stop -purge`.
+func (c *Cluster) Purge(ref jobs.JobRef) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.jobs, ref)
+	c.order = slices.DeleteFunc(c.order, func(r jobs.JobRef) bool { return r == ref })
+	c.index++
+	c.schedule()
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
 // Job returns the job as stored.
 func (c *Cluster) Job(ref jobs.JobRef) (jobs.Job, bool) {
 	c.mu.Lock()

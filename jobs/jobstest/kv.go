@@ -111,7 +111,9 @@ func (s *KV) Delete(ctx context.Context, key string, recurse bool) error {
 	}
 	deleted := false
 	for k := range s.keys {
-		if k == key || (recurse && strings.HasPrefix(k, key)) {
+		// As the consul adapter: the key and the tree under "key/" (never
+		// "key2/...").
+		if k == key || (recurse && strings.HasPrefix(k, strings.TrimSuffix(key, "/")+"/")) {
 			delete(s.keys, k)
 			deleted = true
 		}
@@ -169,6 +171,25 @@ func (s *KV) current(key string) ([]byte, uint64) {
 		return append([]byte(nil), e.value...), e.modify
 	}
 	return nil, s.index
+}
+
+// ListKeys lists the keys under the folder dir, sorted, as
+// consul.Client.ListKeys does.
+func (s *KV) ListKeys(ctx context.Context, dir string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check("list", dir); err != nil {
+		return nil, err
+	}
+	dir = strings.TrimSuffix(dir, "/") + "/"
+	var out []string
+	for k := range s.keys {
+		if strings.HasPrefix(k, dir) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // Keys lists the stored keys, sorted.
