@@ -32,7 +32,9 @@ func TestGarbageCollection(t *testing.T) {
 		}
 	}
 	has := func(ref jobs.JobRef) bool {
-		return slices.ContainsFunc(f.kv.Keys(), func(k string) bool { return k == contract.StateKey(ref.Namespace, ref.ID) || k == contract.MetricsKey(ref.Namespace, ref.ID) })
+		return slices.ContainsFunc(f.kv.Keys(), func(k string) bool {
+			return k == contract.StateKey(ref.Namespace, ref.ID) || k == contract.MetricsKey(ref.Namespace, ref.ID)
+		})
 	}
 	f.cluster.Purge(purged)
 	if err := f.cluster.Edit(untagged, func(j *jobs.Job) { delete(j.Meta, contract.MetaEnabled) }); err != nil {
