@@ -137,6 +137,17 @@ func (c *Controller) Forget() {
 	c.policies = map[string]cachedPolicy{}
 	c.lastTime = time.Time{}
 	c.orphans, c.lastGC = nil, time.Time{}
+	if inv, ok := c.cluster.(Invalidator); ok {
+		inv.Invalidate()
+	}
+}
+
+// Invalidator is implemented by a Cluster that caches what it read
+// (nomad.Client): Invalidate makes the next round read everything again.
+// The controller calls it when it forgets its own memory (a new term
+// after someone else led).
+type Invalidator interface {
+	Invalidate()
 }
 
 // TakeOver prepares the controller for a new term as leader. Every

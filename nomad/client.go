@@ -67,6 +67,8 @@ type Client struct {
 	ns  map[string]bool // nil: every namespace
 	cfg Config
 	log hclog.Logger
+	// cache lets steady-state rounds re-read only what changed (cache.go).
+	cache readCache
 }
 
 var _ jobs.Cluster = (*Client)(nil)
@@ -149,6 +151,7 @@ func (c *Client) ListJobs(ctx context.Context, waitIndex uint64, wait time.Durat
 	if err != nil {
 		return nil, 0, fmt.Errorf("failed to list jobs: %w", Classify(err, `listing jobs in namespace "*"`, NeedNamespace("list-jobs", "*")))
 	}
+	c.cache.recordList(stubs, c.managed)
 	refs := make([]jobs.JobRef, 0, len(stubs))
 	for _, s := range stubs {
 		ns := cmp.Or(s.Namespace, "default")
@@ -186,7 +189,7 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 	ctx, cancel := c.bounded(ctx, 0)
 	defer cancel()
 	ref.Namespace = namespace(ref)
-	job, err := c.info(ctx, ref)
+	job, submit, known, err := c.spec(ctx, ref)
 	if err != nil {
 		return jobs.Job{}, err
 	}
@@ -196,12 +199,14 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 		JobModifyIndex: *job.JobModifyIndex,
 		Status:         deref(job.Status),
 		Stopped:        deref(job.Stop),
+		SubmitTime:     submit,
+	}
+	if known != nil {
+		// The status moves without a new JobModifyIndex; the list has it.
+		j.Status, j.Stopped = known.status, known.stop
 	}
 	if j.Meta == nil {
 		j.Meta = map[string]string{}
-	}
-	if j.SubmitTime, err = c.submitTime(ctx, ref, job); err != nil {
-		return jobs.Job{}, err
 	}
 	g, problem := workerGroup(job, c.dev)
 	switch {
@@ -217,6 +222,25 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 		return jobs.Job{}, err
 	}
 	return j, nil
+}
+
+// spec returns the job's spec and first submission time: from the cache
+// when the job list shows it unchanged (with what the list says of the
+// job), else read from Nomad and cached.
+func (c *Client) spec(ctx context.Context, ref jobs.JobRef) (*api.Job, time.Time, *listed, error) {
+	if s, l, ok := c.cache.spec(ref); ok {
+		return s.job, s.submit, &l, nil
+	}
+	job, err := c.info(ctx, ref)
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	submit, err := c.submitTime(ctx, ref, job)
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	c.cache.remember(ref, job, submit)
+	return job, submit, nil, nil
 }
 
 func deref[T any](p *T) T {
@@ -261,12 +285,9 @@ var allocIndex = regexp.MustCompile(`\[(\d+)\]$`)
 // running, desired to run: a pending allocation already holds its devices), per node,
 // nodes ordered by their group's rank (then allocation index, then ID).
 func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job) ([]jobs.NodeGPUs, error) {
-	q := c.query(ctx, ref.Namespace)
-	q.Filter = fmt.Sprintf(`JobID == %s and (ClientStatus == "running" or ClientStatus == "pending") and DesiredStatus == "run"`, strconv.Quote(ref.ID))
-	q.Params = map[string]string{"resources": "true"}
-	allocs, _, err := c.api.Allocations().List(q)
+	allocs, err := c.placedAllocs(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list allocations of job %s: %w", ref, Classify(err, "listing allocations of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
+		return nil, err
 	}
 	const unranked = 1 << 30
 	rank := map[string]int{}
@@ -519,6 +540,7 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		}
 		index = *fresh.JobModifyIndex
 	}
+	c.cache.forget(ref)
 	log.Debug("applied placement", "placement", formatPlacement(ch.Placement), "job_modify_index", index, "eval_id", resp.EvalID)
 	return index, nil
 }
