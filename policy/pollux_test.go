@@ -88,6 +88,33 @@ func TestPolluxZeroFairnessMeansMinusOne(t *testing.T) {
 	}
 }
 
+func TestPolluxSameDecisionsOnAnyWorkerCount(t *testing.T) {
+	// 200 jobs on 256 GPUs: above the size where several cores are used
+	// by default. Three rounds, each seeded by the last.
+	in0 := policytest.ClusterInput(3, 64, 4, 200)
+	run := func(workers int) []policy.Allocations {
+		p := newPollux(t, policy.PolluxConfig{Seed: 9, Workers: workers, Population: 40, Generations: 20})
+		var outs []policy.Allocations
+		in := in0
+		for range 3 {
+			out := optimize(t, p, in)
+			if err := policytest.Check(in, out, policytest.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+				t.Fatalf("workers=%d: %v", workers, err)
+			}
+			outs = append(outs, out)
+			in.Current = out
+			in.Now += 60
+		}
+		return outs
+	}
+	serial := run(1)
+	for _, w := range []int{2, 3} {
+		if diff := cmp.Diff(serial, run(w)); diff != "" {
+			t.Errorf("%d workers decide differently from 1 (-1 +%d):\n%s", w, w, diff)
+		}
+	}
+}
+
 func TestPolluxDeterministic(t *testing.T) {
 	tests := map[string]struct {
 		cfg policy.PolluxConfig
