@@ -22,6 +22,8 @@ const (
 	PolluxDefaultFairnessP = -1.0
 	// PolluxDefaultRestartPenalty is the restart delay δ = 30 s.
 	PolluxDefaultRestartPenalty = 30.0
+	// PolluxDefaultRestartHysteresis is the default RestartHysteresis.
+	PolluxDefaultRestartHysteresis = 0.3
 	// PolluxDefaultMaxNodesPerJob is the artifact's max_nodes = 16.
 	PolluxDefaultMaxNodesPerJob = 16
 	// polluxMaxNodeGPUs bounds a node's GPUs: a state entry stores 8 bits.
@@ -59,16 +61,21 @@ type PolluxConfig struct {
 	// penalty factor max(T − R·δ, 0)/(T + δ). 0 means 30 (the artifact's
 	// value); a tiny positive value all but disables the penalty.
 	RestartPenalty float64
-	// RestartHysteresis h in [0, 1) makes a reallocation of a running job
-	// pay off only when it gains more than its share: a job holding GPUs
+	// RestartHysteresis h < 1 makes a reallocation of a running job pay
+	// off only when it gains more than its share: a job holding GPUs
 	// whose allocation changes has its scaled speedup multiplied by
 	// (1 − h) on top of the restart factor, so that small gains (noise of
-	// the search, sideways moves) do not restart it. 0 disables it.
+	// the search, sideways moves, a GPU more or less) do not restart it.
+	// 0 means the default 0.3 (measured on the eight artifact workloads
+	// and generated ones: restarts per job 3.45 → 1.86 with a lower
+	// average JCT; see the README's Quality section); a negative value
+	// disables it, as the artifact.
 	RestartHysteresis float64
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
 	// exempts it: a pending job pays its start-up delay whenever it
-	// starts, so delaying it saves nothing.
+	// starts, so delaying it saves nothing (measured neutral to slightly
+	// better on the eight artifact workloads).
 	PenalizeStarts bool
 	// RestartHorizon, if positive, caps the age T in the restart factor
 	// at this many seconds, so that old jobs are not restarted for gains
@@ -117,6 +124,9 @@ func (c PolluxConfig) withDefaults() PolluxConfig {
 	if c.MaxNodesPerJob == 0 {
 		c.MaxNodesPerJob = PolluxDefaultMaxNodesPerJob
 	}
+	if c.RestartHysteresis == 0 {
+		c.RestartHysteresis = PolluxDefaultRestartHysteresis
+	}
 	return c
 }
 
@@ -138,8 +148,8 @@ func (c PolluxConfig) Validate() error {
 	if c.MaxNodesPerJob < 0 {
 		errs = append(errs, fmt.Errorf("max nodes per job %d is negative", c.MaxNodesPerJob))
 	}
-	if !(c.RestartHysteresis >= 0 && c.RestartHysteresis < 1) {
-		errs = append(errs, fmt.Errorf("restart hysteresis %v is not in [0, 1)", c.RestartHysteresis))
+	if !(c.RestartHysteresis < 1) {
+		errs = append(errs, fmt.Errorf("restart hysteresis %v is not below 1", c.RestartHysteresis))
 	}
 	if math.IsNaN(c.RestartHorizon) || math.IsInf(c.RestartHorizon, 0) || c.RestartHorizon < 0 {
 		errs = append(errs, fmt.Errorf("restart horizon %v s is not a finite non-negative number", c.RestartHorizon))
@@ -522,7 +532,7 @@ func polluxJobRestartFactor(job *Job, running bool, cfg PolluxConfig) float64 {
 		age = min(age, cfg.RestartHorizon)
 	}
 	f := polluxRestartFactor(age, job.NumRestarts, delta)
-	if running {
+	if running && cfg.RestartHysteresis > 0 {
 		f *= 1 - cfg.RestartHysteresis
 	}
 	return f

@@ -78,9 +78,9 @@ type polluxWorker struct {
 	adds      []uint64
 	rowbuf    []uint32
 	idx       []int32
-	// Per job, the last (nodes, GPUs) looked up and its speedup: rows
-	// change little between states, and the full table does not fit in
-	// the cache at thousands of jobs.
+	// Per job, the last two (nodes, GPUs) looked up and their speedups
+	// (at 2j and 2j+1): rows change little between states, and the full
+	// table does not fit in the cache at thousands of jobs.
 	lastKey []int32
 	lastVal []float64
 }
@@ -98,11 +98,11 @@ func (w *polluxWorker) resize(rows, cols int) {
 	w.colsum = gaGrow(w.colsum, cols)
 	w.cnt = gaGrow(w.cnt, cols)
 	w.presStart = gaGrow(w.presStart, cols+1)
-	w.lastKey = gaGrow(w.lastKey, rows)
+	w.lastKey = gaGrow(w.lastKey, 2*rows)
 	for i := range w.lastKey {
 		w.lastKey[i] = -1
 	}
-	w.lastVal = gaGrow(w.lastVal, rows)
+	w.lastVal = gaGrow(w.lastVal, 2*rows)
 }
 
 // spState is one sparse state: row j's non-zero entries are
@@ -184,8 +184,11 @@ func (pr *polluxProblem) speedup(w *polluxWorker, j int, nn, k int32) float64 {
 		return 0
 	}
 	key := nn<<16 | k
-	if w.lastKey[j] == key {
-		return w.lastVal[j]
+	if w.lastKey[2*j] == key {
+		return w.lastVal[2*j]
+	}
+	if w.lastKey[2*j+1] == key {
+		return w.lastVal[2*j+1]
 	}
 	i := pr.tabOff[j] + nn*pr.tabStride[j] + k
 	b := atomic.LoadUint64(&pr.table[i])
@@ -198,7 +201,9 @@ func (pr *polluxProblem) speedup(w *polluxWorker, j int, nn, k int32) float64 {
 		pr.modelMu.Unlock()
 	}
 	v := math.Float64frombits(b)
-	w.lastKey[j], w.lastVal[j] = key, v
+	// Two entries per job, the older one evicted.
+	w.lastKey[2*j+1], w.lastVal[2*j+1] = w.lastKey[2*j], w.lastVal[2*j]
+	w.lastKey[2*j], w.lastVal[2*j] = key, v
 	return v
 }
 
@@ -337,6 +342,11 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 	}
 	// (3) Increase some elements on nodes with free GPUs.
 	adds := w.adds[:0]
+	// The q1 walks of all nodes with free GPUs are one walk over the
+	// concatenation of their job ranges: the same trials, one draw per hit
+	// (plus one) instead of at least one per node.
+	q1 := int64(gaSkip(rng, pr.skipJobs))
+	var offset int64 // start of the current node's range in the walk
 	for n := range int32(cols) {
 		limit := pr.capacity[n]
 		if limit-colsum[n] < 1 {
@@ -354,7 +364,8 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 				spRaise(rng, &dst.ent[ei], limit)
 			}
 		}
-		for j := gaSkip(rng, pr.skipJobs); j < rows; j += 1 + gaSkip(rng, pr.skipJobs) {
+		for ; q1 < offset+int64(rows); q1 += 1 + int64(gaSkip(rng, pr.skipJobs)) {
+			j := int(q1 - offset)
 			if slices.Contains(hits, int32(j)) {
 				continue
 			}
@@ -375,6 +386,7 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 				}
 			}
 		}
+		offset += int64(rows)
 		w.hits = hits
 	}
 	w.adds = adds

@@ -28,7 +28,8 @@ import (
 // POLLUX_EVAL_CONFIG a policy.PolluxConfig as JSON (Seed is overridden),
 // POLLUX_EVAL_APP_RESTART per-application restart delays
 // ("imagenet=250s,cifar10=25s", sim.Config.AppRestartDelay) and
-// POLLUX_EVAL_LABEL a label copied into every line.
+// POLLUX_EVAL_EXPLORE sim.Config.ExploreFactor and POLLUX_EVAL_LABEL a
+// label copied into every line.
 func TestEval(t *testing.T) {
 	spec := os.Getenv("POLLUX_EVAL")
 	if spec == "" {
@@ -72,6 +73,13 @@ func TestEval(t *testing.T) {
 	for _, w := range strings.Split(spec, ",") {
 		jobs, name, cfg := evalWorkload(t, w)
 		cfg.AppRestartDelay = appDelay
+		if e := os.Getenv("POLLUX_EVAL_EXPLORE"); e != "" {
+			v, err := strconv.Atoi(e)
+			if err != nil {
+				t.Fatalf("POLLUX_EVAL_EXPLORE: %v", err)
+			}
+			cfg.ExploreFactor = v
+		}
 		for _, p := range policies {
 			for _, seed := range seeds {
 				if p != "pollux" && seed != seeds[0] {
@@ -102,12 +110,21 @@ func TestEval(t *testing.T) {
 						t.Fatal(err)
 					}
 					sum := results.Summarize(r)
+					byApp := map[string][2]float64{} // restarts, jobs
+					for _, j := range r.Jobs {
+						v := byApp[j.Application]
+						byApp[j.Application] = [2]float64{v[0] + float64(j.Restarts), v[1] + 1}
+					}
+					rstApp := map[string]float64{}
+					for app, v := range byApp {
+						rstApp[app] = v[0] / v[1]
+					}
 					line, _ := json.Marshal(map[string]any{
 						"label": label, "workload": name, "policy": p, "seed": seed,
 						"gpus": r.TotalGPUs, "jobs": sum.Jobs, "completed": sum.Completed,
 						"avg_jct": sum.AvgJCT, "p99_jct": sum.P99JCT, "makespan": sum.Makespan,
 						"restarts_per_job": sum.RestartsPerJob, "opt_ms_median": sum.OptimizeMsMedian,
-						"opt_ms_p95": sum.OptimizeMsP95, "rounds": sum.Rounds, "wall_s": sum.WallSeconds,
+						"opt_ms_p95": sum.OptimizeMsP95, "rounds": sum.Rounds, "wall_s": sum.WallSeconds, "restarts_by_app": rstApp,
 					})
 					mu.Lock()
 					fmt.Println("EVAL " + string(line))
