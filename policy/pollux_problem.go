@@ -511,10 +511,15 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 	var hash uint64
 	w := int32(0)
 	next := x.start[0]
+	empty := polluxPowerTerm(1e-3, pr.p) // the term of a job without GPUs
 	for j := range rows {
 		r0, r1 := next, x.start[j+1]
 		next = r1
 		x.start[j] = w
+		if r0 == r1 {
+			acc += empty
+			continue
+		}
 		row := x.ent[r0:r1]
 		dist := avoid && len(row) > 1
 		// (a) into the row buffer.
@@ -571,7 +576,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		}
 		if sum == 0 {
 			// SPEEDUP(0, 0) = 0, with or without a restart penalty.
-			acc += polluxPowerTerm(1e-3, pr.p)
+			acc += empty
 			continue
 		}
 		hash += gaMix(rowHash)
