@@ -71,6 +71,10 @@ type PolluxConfig struct {
 	// average JCT; see the README's Quality section); a negative value
 	// disables it, as the artifact.
 	RestartHysteresis float64
+	// ExemptGrowth spares a job that would get more GPUs than it holds
+	// the hysteresis (it still pays the restart factor): only shrinks and
+	// moves must clear the (1 − h) bar.
+	ExemptGrowth bool
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
 	// exempts it: a pending job pays its start-up delay whenever it
@@ -435,6 +439,8 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.maxRep = gaGrow(pr.maxRep, rows)
 	pr.minRep = gaGrow(pr.minRep, rows)
 	pr.factor = gaGrow(pr.factor, rows)
+	pr.growFactor = gaGrow(pr.growFactor, rows)
+	pr.baseSum = gaGrow(pr.baseSum, rows)
 	pr.models = gaGrow(pr.models, rows)
 	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
 	pr.tabOff = gaGrow(pr.tabOff, rows)
@@ -483,7 +489,18 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 			}
 			pr.base.ent = append(pr.base.ent, spEntry(n, 1))
 		}
-		pr.factor[j] = polluxJobRestartFactor(job, int(pr.base.start[j]) < len(pr.base.ent), cfg)
+		running := int(pr.base.start[j]) < len(pr.base.ent)
+		pr.factor[j] = polluxJobRestartFactor(job, running, cfg)
+		pr.growFactor[j] = pr.factor[j]
+		if cfg.ExemptGrowth {
+			noH := cfg
+			noH.RestartHysteresis = -1
+			pr.growFactor[j] = polluxJobRestartFactor(job, running, noH)
+		}
+		pr.baseSum[j] = 0
+		for _, e := range pr.base.ent[pr.base.start[j]:] {
+			pr.baseSum[j] += spGPUs(e)
+		}
 	}
 	pr.base.start[rows] = int32(len(pr.base.ent))
 	pr.table = gaGrow(pr.table, int(size))

@@ -28,7 +28,12 @@ type polluxProblem struct {
 	minRep   []int32 // per job: MinReplicas
 	maxNodes int32   // nodes one job may span
 	base     spState // the current allocation
-	factor   []float64
+	factor   []float64 // per job: factor of a changed allocation
+	// Per job: the factor of a changed allocation with more GPUs than the
+	// current one (differs from factor with ExemptGrowth), and the
+	// current allocation's GPUs.
+	growFactor []float64
+	baseSum    []int32
 	scale    float64 // d·#nodes = #nodes / total GPUs
 	p        float64 // power-mean exponent
 	avoid    bool    // interference avoidance
@@ -584,7 +589,11 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		util += sp
 		scaled := sp * pr.scale
 		if !slices.Equal(x.ent[w-nz:w], pr.base.row(j)) {
-			scaled *= pr.factor[j]
+			if sum > pr.baseSum[j] {
+				scaled *= pr.growFactor[j]
+			} else {
+				scaled *= pr.factor[j]
+			}
 		}
 		acc += polluxPowerTerm(scaled+1e-3, pr.p)
 	}

@@ -263,6 +263,7 @@ func TestPolluxRestartPenalty(t *testing.T) {
 		restarts   int
 		model      policy.GoodputModel
 		hysteresis float64
+		growth     bool // ExemptGrowth
 		want       policy.Allocations
 	}{
 		"artifact: young job keeps its GPUs":     {age: 90, restarts: 1, model: slow, hysteresis: -1, want: two},
@@ -275,7 +276,7 @@ func TestPolluxRestartPenalty(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			jobs := policytest.Jobs(policytest.Job("j").GPUs(1, 4).Goodput(tc.model).Age(tc.age).Restarts(tc.restarts))
-			p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: tc.hysteresis})
+			p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: tc.hysteresis, ExemptGrowth: tc.growth})
 			got := optimize(t, p, policy.Input{Now: tc.age, Jobs: jobs, Nodes: nodes, Current: current})
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("allocation (-want +got):\n%s", diff)
