@@ -23,21 +23,21 @@ import (
 type polluxProblem struct {
 	rows, cols int
 
-	capacity []int32 // per node: GPUs
-	maxRep   []int32 // per job: MaxReplicas capped at the cluster size
-	minRep   []int32 // per job: MinReplicas
-	maxNodes int32   // nodes one job may span
-	base     spState // the current allocation
+	capacity []int32   // per node: GPUs
+	maxRep   []int32   // per job: MaxReplicas capped at the cluster size
+	minRep   []int32   // per job: MinReplicas
+	maxNodes int32     // nodes one job may span
+	base     spState   // the current allocation
 	factor   []float64 // per job: factor of a changed allocation
 	// Per job: the factor of a changed allocation with more GPUs than the
 	// current one (differs from factor with ExemptGrowth), and the
 	// current allocation's GPUs.
 	growFactor []float64
 	baseSum    []int32
-	scale    float64 // d·#nodes = #nodes / total GPUs
-	p        float64 // power-mean exponent
-	avoid    bool    // interference avoidance
-	quirk    bool    // keep the artifact's interference quirk
+	scale      float64 // d·#nodes = #nodes / total GPUs
+	p          float64 // power-mean exponent
+	avoid      bool    // interference avoidance
+	quirk      bool    // keep the artifact's interference quirk
 
 	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) has the bits of a
 	// float64 in table[tabOff[j] + nn·tabStride[j] + k], computed on first
