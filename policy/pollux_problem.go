@@ -18,8 +18,8 @@ import (
 //
 // A state is stored sparse (spState): a job rarely spans more than a few
 // nodes, so the operators cost O(jobs + non-zero entries + nodes) per
-// state instead of O(jobs × nodes), which is what lets a round at 4,096
-// GPUs and 2,880 jobs take well under a second.
+// state instead of O(jobs × nodes): a round at 4,096 GPUs and 2,880 jobs
+// takes about 1.5 CPU-seconds instead of 30.
 type polluxProblem struct {
 	rows, cols int
 
