@@ -37,8 +37,10 @@ const (
 	polluxParallelMinJobs = 128
 )
 
-// PolluxConfig configures the Pollux policy; the zero value gives the
-// artifact's settings.
+// PolluxConfig configures the Pollux policy. The zero value gives the
+// artifact's settings except where measured better: restart hysteresis
+// 0.3, starts exempt from the restart factor, and interference avoidance
+// without the artifact's quirk.
 type PolluxConfig struct {
 	// Population is the number of solutions NSGA-II keeps, and of
 	// offspring it makes per generation. 0 means 100.
@@ -111,7 +113,7 @@ type PolluxConfig struct {
 	SeedFromWholePopulation bool
 }
 
-// withDefaults fills the zero fields with the artifact's settings.
+// withDefaults fills the zero fields with the defaults.
 func (c PolluxConfig) withDefaults() PolluxConfig {
 	if c.Population == 0 {
 		c.Population = PolluxDefaultPopulation

@@ -42,7 +42,7 @@ func TestPolluxConfigValidate(t *testing.T) {
 		cfg     policy.PolluxConfig
 		wantErr []string // substrings of the error; none means valid
 	}{
-		"zero value is the artifact's":    {cfg: policy.PolluxConfig{}},
+		"zero value is valid":             {cfg: policy.PolluxConfig{}},
 		"explicit artifact settings":      {cfg: policy.PolluxConfig{Population: 100, Generations: 100, FairnessP: -1, RestartPenalty: 30, MaxNodesPerJob: 16}},
 		"p = +1":                          {cfg: policy.PolluxConfig{FairnessP: 1}},
 		"p = -10":                         {cfg: policy.PolluxConfig{FairnessP: -10}},
