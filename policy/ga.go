@@ -1,17 +1,15 @@
 package policy
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
 )
 
 // This file holds a small NSGA-II engine (Deb et al., "A fast and elitist
-// multiobjective genetic algorithm: NSGA-II", IEEE TEC 2002) over integer
-// matrices stored as flat []uint8, shaped after the pymoo 0.4.2 NSGA2 that
+// multiobjective genetic algorithm: NSGA-II", IEEE TEC 2002) over states
+// stored by the problem (gaOps), shaped after the pymoo 0.4.2 NSGA2 that
 // the Pollux artifact runs (simulator/pollux.py: NSGA2(pop_size=100, ...),
 // minimize(..., ("n_gen", 100))):
 //
@@ -33,15 +31,31 @@ import (
 //
 // Everything is preallocated per round; the inner loop does not allocate.
 
-// gaOps are the problem-specific operators of the genetic algorithm.
+// gaOps are the problem-specific operators of the genetic algorithm. The
+// problem owns the storage of the states: the engine names them by slot
+// number.
 type gaOps interface {
-	// mutate perturbs a child state in place.
-	mutate(rng *rand.Rand, x []uint8)
-	// repairEval repairs x in place into a feasible state and returns its
-	// two objectives, both minimised, and a hash of the repaired state
+	// ensure makes room for slots 0 ... slots−1.
+	ensure(slots int)
+	// loadSeed copies the i-th seed state into slot s.
+	loadSeed(s int32, i int)
+	// crossover writes into c0 and c1 the children of a and b cut before
+	// row cut: c0 takes rows [0, cut) from b and the rest from a, c1 the
+	// other way round (cut = 0 copies the parents).
+	crossover(c0, c1, a, b int32, cut int)
+	// repairEval repairs slot s in place into a feasible state and returns
+	// its two objectives, both minimised, and a hash of the repaired state
 	// (equal states must hash equal; it only speeds up the search for
 	// duplicates).
-	repairEval(rng *rand.Rand, x []uint8) (f0, f1 float64, hash uint64)
+	repairEval(rng *rand.Rand, s int32) (f0, f1 float64, hash uint64)
+	// equal reports whether slots s and t hold the same state.
+	equal(s, t int32) bool
+	// mutateRepairBatch mutates, repairs and evaluates every slot of
+	// slots, the i-th drawing from a random stream seeded by seeds[i],
+	// and stores the objectives and hashes in f0, f1 and hash (indexed by
+	// slot). It may use several goroutines; the result must not depend on
+	// their number.
+	mutateRepairBatch(slots []int32, seeds []uint64, f0, f1 []float64, hash []uint64)
 }
 
 // gaParams sizes one run of the engine.
@@ -50,7 +64,7 @@ type gaParams struct {
 	generations int     // including the initial population, as pymoo's n_gen
 	crossProb   float64 // probability that a parent pair is crossed over
 	maxMatings  int     // mating attempts per generation beyond the first
-	rows, cols  int     // shape of a state; crossover cuts between rows
+	rows        int     // rows of a state; crossover cuts between rows
 }
 
 // gaResult summarises one run.
@@ -67,11 +81,10 @@ const gaCrowdingInf = 1e14
 
 // gaEngine runs NSGA-II. Its buffers are reused across runs.
 type gaEngine struct {
-	p    gaParams
-	size int // elements per state
+	p   gaParams
+	ops gaOps
 
-	// Slot storage: state s is x[s*size : (s+1)*size].
-	x             []uint8
+	// Per slot; the states themselves are stored by ops.
 	f0, f1, crowd []float64
 	rank          []int32
 	hash          []uint64
@@ -79,6 +92,7 @@ type gaEngine struct {
 	free          []int32
 
 	pop, off, batch []int32
+	childSeeds      []uint64
 
 	// Scratch.
 	perm, parents, order, byFront, fid, frontEnd, uniq, tmp, surv []int32
@@ -96,12 +110,15 @@ func gaGrow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// reset prepares the engine for a run with nSeeds seed states.
-func (e *gaEngine) reset(p gaParams, nSeeds int) {
+// reset prepares the engine for a run of ops (which may be nil for tests
+// of survival alone) with nSeeds seed states.
+func (e *gaEngine) reset(p gaParams, ops gaOps, nSeeds int) {
 	e.p = p
-	e.size = p.rows * p.cols
+	e.ops = ops
 	slots := max(p.popSize, nSeeds) + 2*p.popSize + 2
-	e.x = gaGrow(e.x, slots*e.size)
+	if ops != nil {
+		ops.ensure(slots)
+	}
 	e.f0 = gaGrow(e.f0, slots)
 	e.f1 = gaGrow(e.f1, slots)
 	e.crowd = gaGrow(e.crowd, slots)
@@ -116,12 +133,6 @@ func (e *gaEngine) reset(p gaParams, nSeeds int) {
 	e.evals = 0
 }
 
-// state returns the storage of slot s.
-func (e *gaEngine) state(s int32) []uint8 {
-	i := int(s) * e.size
-	return e.x[i : i+e.size : i+e.size]
-}
-
 func (e *gaEngine) alloc() int32 {
 	s := e.free[len(e.free)-1]
 	e.free = e.free[:len(e.free)-1]
@@ -133,8 +144,8 @@ func (e *gaEngine) release(s int32) {
 }
 
 // finish repairs and evaluates slot s.
-func (e *gaEngine) finish(rng *rand.Rand, ops gaOps, s int32) {
-	e.f0[s], e.f1[s], e.hash[s] = ops.repairEval(rng, e.state(s))
+func (e *gaEngine) finish(rng *rand.Rand, s int32) {
+	e.f0[s], e.f1[s], e.hash[s] = e.ops.repairEval(rng, s)
 	e.rank[s] = math.MaxInt32
 	e.crowd[s] = -1
 	e.evals++
@@ -142,29 +153,28 @@ func (e *gaEngine) finish(rng *rand.Rand, ops gaOps, s int32) {
 
 // duplicate reports whether slot s holds the same state as a slot in a or b.
 func (e *gaEngine) duplicate(s int32, a, b []int32) bool {
-	h, x := e.hash[s], e.state(s)
+	h := e.hash[s]
 	for _, t := range a {
-		if e.hash[t] == h && bytes.Equal(e.state(t), x) {
+		if e.hash[t] == h && e.ops.equal(s, t) {
 			return true
 		}
 	}
 	for _, t := range b {
-		if e.hash[t] == h && bytes.Equal(e.state(t), x) {
+		if e.hash[t] == h && e.ops.equal(s, t) {
 			return true
 		}
 	}
 	return false
 }
 
-// run executes NSGA-II from nSeeds seed states stored back to back in
-// seeds, and leaves the final population in e.pop with ranks and crowding
+// run executes NSGA-II from the nSeeds seed states of ops, and leaves the final population in e.pop with ranks and crowding
 // distances set. It checks ctx between generations and stops early (with
 // the population so far) once it is done.
-func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, ops gaOps, seeds []uint8, nSeeds int) gaResult {
+func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, nSeeds int) gaResult {
 	for i := range nSeeds {
 		s := e.alloc()
-		copy(e.state(s), seeds[i*e.size:(i+1)*e.size])
-		e.finish(rng, ops, s)
+		e.ops.loadSeed(s, i)
+		e.finish(rng, s)
 		if e.duplicate(s, e.pop, nil) {
 			e.release(s)
 			continue
@@ -180,7 +190,7 @@ func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, ops gaOps, seeds []u
 			res.cancelled = true
 			break
 		}
-		e.mate(rng, ops)
+		e.mate(rng)
 		if len(e.off) == 0 {
 			res.stoppedEarly = true
 			break
@@ -196,9 +206,8 @@ func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, ops gaOps, seeds []u
 
 // mate fills e.off with up to popSize unique, repaired and evaluated
 // offspring of e.pop.
-func (e *gaEngine) mate(rng *rand.Rand, ops gaOps) {
+func (e *gaEngine) mate(rng *rand.Rand) {
 	e.off = e.off[:0]
-	cols := e.p.cols
 	for attempt := 0; len(e.off) < e.p.popSize; attempt++ {
 		if attempt > e.p.maxMatings {
 			break
@@ -212,18 +221,24 @@ func (e *gaEngine) mate(rng *rand.Rand, ops gaOps) {
 		// pymoo's Crossover returns the first child of every mating, then
 		// the second child of every mating.
 		for i := range nSel {
-			xa, xb := e.state(parents[2*i]), e.state(parents[2*i+1])
-			c0, c1 := e.state(e.batch[i]), e.state(e.batch[nSel+i])
 			cross := rng.Float64() < e.p.crossProb
-			cut := rng.IntN(e.p.rows) * cols
+			cut := rng.IntN(e.p.rows)
 			if !cross {
 				cut = 0
 			}
-			gaCrossover(c0, c1, xa, xb, cut)
+			e.ops.crossover(e.batch[i], e.batch[nSel+i], parents[2*i], parents[2*i+1], cut)
 		}
+		// Each child draws its mutation and repair from its own stream,
+		// so that the batch can be evaluated in parallel.
+		e.childSeeds = gaGrow(e.childSeeds, len(e.batch))
+		for i := range e.childSeeds {
+			e.childSeeds[i] = rng.Uint64()
+		}
+		e.ops.mutateRepairBatch(e.batch, e.childSeeds, e.f0, e.f1, e.hash)
 		for _, c := range e.batch {
-			ops.mutate(rng, e.state(c))
-			e.finish(rng, ops, c)
+			e.rank[c] = math.MaxInt32
+			e.crowd[c] = -1
+			e.evals++
 		}
 		for _, c := range e.batch {
 			if len(e.off) >= e.p.popSize || e.duplicate(c, e.pop, e.off) {
@@ -233,17 +248,6 @@ func (e *gaEngine) mate(rng *rand.Rand, ops gaOps) {
 			e.off = append(e.off, c)
 		}
 	}
-}
-
-// gaCrossover is single-point crossover over rows (Pollux, OSDI '21,
-// §4.2; artifact pollux.py _crossover with pymoo's crossover_mask): the
-// first cut elements (whole rows) of each child come from the other parent.
-// cut = 0 copies the parents.
-func gaCrossover(c0, c1, xa, xb []uint8, cut int) {
-	copy(c0[:cut], xb[:cut])
-	copy(c0[cut:], xa[cut:])
-	copy(c1[:cut], xa[:cut])
-	copy(c1[cut:], xb[cut:])
 }
 
 // selectParents returns 2·nSel parent slots by binary tournament over
@@ -478,21 +482,4 @@ func gaSkipScale(p float64) float64 {
 		return 0
 	}
 	return -1 / math.Log1p(-p)
-}
-
-// gaLow7 and gaHigh are byte-lane masks for gaNonzeroBytes.
-const (
-	gaLow7 = 0x7f7f7f7f7f7f7f7f
-	gaHigh = 0x8080808080808080
-)
-
-// gaNonzeroBytes returns a mask with the top bit of every non-zero byte of
-// w set, and nothing else.
-func gaNonzeroBytes(w uint64) uint64 {
-	return (((w & gaLow7) + gaLow7) | w) & gaHigh
-}
-
-// gaWord reads the i-th 8-byte word of x.
-func gaWord(x []uint8, i int) uint64 {
-	return binary.LittleEndian.Uint64(x[8*i : 8*i+8])
 }

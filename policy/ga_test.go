@@ -74,18 +74,33 @@ func gaTestProblem(t *testing.T, in Input, cfg PolluxConfig) *polluxProblem {
 	return pr
 }
 
+// denseBase returns the current allocation as a dense rows × cols matrix.
+func denseBase(pr *polluxProblem) []uint8 { return pr.base.dense(pr.rows, pr.cols) }
+
+// denseRepairEval runs repairEval on a dense rows × cols matrix, in place.
+func denseRepairEval(pr *polluxProblem, rng *rand.Rand, x []uint8) (float64, float64, uint64) {
+	pr.ensure(1)
+	pr.states[0].setDense(x, pr.rows, pr.cols)
+	f0, f1, h := pr.repairEval(rng, 0)
+	copy(x, pr.states[0].dense(pr.rows, pr.cols))
+	return f0, f1, h
+}
+
+// denseMutate runs mutate on a dense rows × cols matrix, in place.
+func denseMutate(pr *polluxProblem, rng *rand.Rand, x []uint8) {
+	pr.ensure(1)
+	pr.states[0].setDense(x, pr.rows, pr.cols)
+	pr.mutate(rng, 0)
+	copy(x, pr.states[0].dense(pr.rows, pr.cols))
+}
+
 // checkState verifies the invariants of a repaired state and returns the
 // first violation.
 func checkState(pr *polluxProblem, x []uint8) error {
 	used := make([]int, pr.cols)
 	distOn := make([]int, pr.cols)
 	for j := range pr.rows {
-		row := x[j*pr.stride : (j+1)*pr.stride]
-		for n := pr.cols; n < pr.stride; n++ {
-			if row[n] != 0 {
-				return fmt.Errorf("row %d: padding column %d is %d", j, n, row[n])
-			}
-		}
+		row := x[j*pr.cols : (j+1)*pr.cols]
 		sum, nz := 0, 0
 		for n, v := range row[:pr.cols] {
 			used[n] += int(v)
@@ -125,7 +140,7 @@ func naiveObjectives(pr *polluxProblem, x []uint8) (float64, float64) {
 	var sumP, util float64
 	colsum := make([]int, pr.cols)
 	for j := range pr.rows {
-		row := x[j*pr.stride : j*pr.stride+pr.cols]
+		row := x[j*pr.cols : (j+1)*pr.cols]
 		k, nn := 0, 0
 		for n, v := range row {
 			k += int(v)
@@ -136,11 +151,11 @@ func naiveObjectives(pr *polluxProblem, x []uint8) (float64, float64) {
 		}
 		s := 0.0
 		if k > 0 {
-			s = pr.speedup(j, int32(nn), int32(k))
+			s = pr.speedup(pr.workers[0], j, int32(nn), int32(k))
 		}
 		util += s
 		scaled := s * pr.scale
-		if !slices.Equal(row, pr.base[j*pr.stride:j*pr.stride+pr.cols]) {
+		if !slices.Equal(row, denseBase(pr)[j*pr.cols:(j+1)*pr.cols]) {
 			scaled *= pr.factor[j]
 		}
 		sumP += math.Pow(scaled+1e-3, pr.p)
@@ -162,7 +177,7 @@ func naiveObjectives(pr *polluxProblem, x []uint8) (float64, float64) {
 // naiveRepairNoTrim applies the artifact's repair steps (a), (d) and (e)
 // in its own cumulative-sum form, for states where (b) and (c) do nothing.
 func naiveRepairNoTrim(pr *polluxProblem, x []uint8) {
-	rows, cols, stride := pr.rows, pr.cols, pr.stride
+	rows, cols, stride := pr.rows, pr.cols, pr.cols
 	if pr.avoid {
 		dist := make([]bool, rows)
 		for j := range rows {
@@ -203,28 +218,6 @@ func naiveRepairNoTrim(pr *polluxProblem, x []uint8) {
 		}
 		if sum < int(pr.minRep[j]) {
 			clear(x[j*stride : j*stride+cols])
-		}
-	}
-}
-
-func TestGaNonzeroBytes(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 10000 {
-		w := rng.Uint64()
-		// Sprinkle zero bytes.
-		for b := range 8 {
-			if rng.IntN(3) == 0 {
-				w &^= 0xff << (8 * b)
-			}
-		}
-		var want uint64
-		for b := range 8 {
-			if (w>>(8*b))&0xff != 0 {
-				want |= 0x80 << (8 * b)
-			}
-		}
-		if got := gaNonzeroBytes(w); got != want {
-			t.Fatalf("gaNonzeroBytes(%#x) = %#x, want %#x", w, got, want)
 		}
 	}
 }
@@ -298,7 +291,7 @@ func TestGaSurviveRanksLikeNaiveSort(t *testing.T) {
 	for trial := range 300 {
 		n := 1 + rng.IntN(60)
 		e := &gaEngine{}
-		e.reset(gaParams{popSize: n, rows: 1, cols: 8}, n)
+		e.reset(gaParams{popSize: n, rows: 1}, nil, n)
 		f0 := make([]float64, n)
 		f1 := make([]float64, n)
 		for i := range n {
@@ -327,7 +320,7 @@ func TestGaSurviveKeepsBestFronts(t *testing.T) {
 	const n, keep = 40, 10
 	for trial := range 50 {
 		e := &gaEngine{}
-		e.reset(gaParams{popSize: keep, rows: 1, cols: 8}, n)
+		e.reset(gaParams{popSize: keep, rows: 1}, nil, n)
 		f0, f1 := make([]float64, n), make([]float64, n)
 		for i := range n {
 			s := e.alloc()
@@ -388,7 +381,7 @@ func TestGaCrowding(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			e := &gaEngine{}
-			e.reset(gaParams{popSize: len(tc.f0), rows: 1, cols: 8}, len(tc.f0))
+			e.reset(gaParams{popSize: len(tc.f0), rows: 1}, nil, len(tc.f0))
 			var members []int32
 			for i := range tc.f0 {
 				s := e.alloc()
@@ -407,6 +400,15 @@ func TestGaCrowding(t *testing.T) {
 	}
 }
 
+// crossDense crosses two dense states through the sparse operator.
+func crossDense(pr *polluxProblem, a, b []uint8, cut int) ([]uint8, []uint8) {
+	pr.ensure(4)
+	pr.states[0].setDense(a, pr.rows, pr.cols)
+	pr.states[1].setDense(b, pr.rows, pr.cols)
+	pr.crossover(2, 3, 0, 1, cut)
+	return pr.states[2].dense(pr.rows, pr.cols), pr.states[3].dense(pr.rows, pr.cols)
+}
+
 func TestPolluxOperatorsKeepInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for trial := range 400 {
@@ -420,23 +422,22 @@ func TestPolluxOperatorsKeepInvariants(t *testing.T) {
 		}
 		cfg := PolluxConfig{DisableInterferenceAvoidance: trial%3 == 0, MaxNodesPerJob: rng.IntN(4)}
 		pr := gaTestProblem(t, in, cfg)
-		size := pr.rows * pr.stride
+		size := pr.rows * pr.cols
 		a, b := make([]uint8, size), make([]uint8, size)
-		copy(a, pr.base)
-		pr.repairEval(rng, a)
+		copy(a, denseBase(pr))
+		denseRepairEval(pr, rng, a)
 		if err := checkState(pr, a); err != nil {
 			t.Fatalf("trial %d: repaired base: %v", trial, err)
 		}
-		pr.mutate(rng, b)
-		pr.repairEval(rng, b)
+		denseMutate(pr, rng, b)
+		denseRepairEval(pr, rng, b)
 		for step := range 20 {
 			// Crossover: every child row comes from the parent on its side
 			// of the cut.
-			c0, c1 := make([]uint8, size), make([]uint8, size)
 			point := rng.IntN(pr.rows)
-			gaCrossover(c0, c1, a, b, point*pr.stride)
+			c0, c1 := crossDense(pr, a, b, point)
 			for j := range pr.rows {
-				r := func(x []uint8) []uint8 { return x[j*pr.stride : (j+1)*pr.stride] }
+				r := func(x []uint8) []uint8 { return x[j*pr.cols : (j+1)*pr.cols] }
 				w0, w1 := r(a), r(b)
 				if j < point {
 					w0, w1 = w1, w0
@@ -447,24 +448,24 @@ func TestPolluxOperatorsKeepInvariants(t *testing.T) {
 			}
 			// Mutation: entries stay within the node (or current
 			// allocation) bound and the padding stays zero.
-			pr.mutate(rng, c0)
+			denseMutate(pr, rng, c0)
 			for j := range pr.rows {
-				for n := range pr.stride {
-					v := c0[j*pr.stride+n]
+				for n := range pr.cols {
+					v := c0[j*pr.cols+n]
 					if n >= pr.cols {
 						if v != 0 {
 							t.Fatalf("trial %d step %d: mutation wrote padding (%d, %d)", trial, step, j, n)
 						}
 						continue
 					}
-					if int32(v) > max(pr.capacity[n], int32(pr.base[j*pr.stride+n])) {
+					if int32(v) > max(pr.capacity[n], int32(denseBase(pr)[j*pr.cols+n])) {
 						t.Fatalf("trial %d step %d: mutation set (%d, %d) to %d above capacity %d", trial, step, j, n, v, pr.capacity[n])
 					}
 				}
 			}
 			// Repair: all invariants, and the fused evaluation equals the
 			// formulas applied afterwards.
-			f0, f1, h := pr.repairEval(rng, c0)
+			f0, f1, h := denseRepairEval(pr, rng, c0)
 			if err := checkState(pr, c0); err != nil {
 				t.Fatalf("trial %d step %d: after repair: %v", trial, step, err)
 			}
@@ -474,7 +475,7 @@ func TestPolluxOperatorsKeepInvariants(t *testing.T) {
 			}
 			// A repaired state is a fixed point of repair.
 			again := slices.Clone(c0)
-			_, _, h2 := pr.repairEval(rng, again)
+			_, _, h2 := denseRepairEval(pr, rng, again)
 			if !slices.Equal(again, c0) {
 				t.Fatalf("trial %d step %d: repair is not idempotent", trial, step)
 			}
@@ -482,7 +483,7 @@ func TestPolluxOperatorsKeepInvariants(t *testing.T) {
 				t.Fatalf("trial %d step %d: equal states hash to %#x and %#x", trial, step, h, h2)
 			}
 			a, b = c0, c1
-			pr.repairEval(rng, b)
+			denseRepairEval(pr, rng, b)
 		}
 	}
 }
@@ -503,17 +504,17 @@ func TestPolluxRepairMatchesArtifactCumsum(t *testing.T) {
 			continue
 		}
 		pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: trial%2 == 0, ArtifactInterferenceQuirk: true, MaxNodesPerJob: 1000})
-		x := make([]uint8, pr.rows*pr.stride)
+		x := make([]uint8, pr.rows*pr.cols)
 		for j := range pr.rows {
 			for n := range pr.cols {
 				if rng.IntN(3) == 0 {
-					x[j*pr.stride+n] = uint8(rng.IntN(int(pr.capacity[n]) + 2))
+					x[j*pr.cols+n] = uint8(rng.IntN(int(pr.capacity[n]) + 2))
 				}
 			}
 		}
 		want := slices.Clone(x)
 		naiveRepairNoTrim(pr, want)
-		pr.repairEval(rng, x)
+		denseRepairEval(pr, rng, x)
 		if diff := cmp.Diff(want, x); diff != "" {
 			t.Fatalf("trial %d: repair differs from the artifact's cumulative sums (-want +got):\n%s", trial, diff)
 		}
@@ -544,14 +545,14 @@ func TestPolluxRepairInterferenceQuirk(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: !tc.avoid, ArtifactInterferenceQuirk: tc.quirk})
-			x := make([]uint8, pr.rows*pr.stride)
-			x[0*pr.stride+0], x[0*pr.stride+1] = 1, 1
-			x[1*pr.stride+0], x[1*pr.stride+1] = 1, 1
-			x[2*pr.stride+0] = 1
-			pr.repairEval(rand.New(rand.NewPCG(1, 1)), x)
+			x := make([]uint8, pr.rows*pr.cols)
+			x[0*pr.cols+0], x[0*pr.cols+1] = 1, 1
+			x[1*pr.cols+0], x[1*pr.cols+1] = 1, 1
+			x[2*pr.cols+0] = 1
+			denseRepairEval(pr, rand.New(rand.NewPCG(1, 1)), x)
 			got := make([][]uint8, pr.rows)
 			for j := range got {
-				got[j] = x[j*pr.stride : j*pr.stride+pr.cols]
+				got[j] = x[j*pr.cols : j*pr.cols+pr.cols]
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("repaired state (-want +got):\n%s", diff)
@@ -572,9 +573,9 @@ func TestPolluxTrimKeepsCapsInRandomOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	kept := make([]int, 4)
 	for range 2000 {
-		x := make([]uint8, pr.stride)
+		x := make([]uint8, pr.cols)
 		copy(x, []uint8{2, 2, 2, 2})
-		pr.repairEval(rng, x)
+		denseRepairEval(pr, rng, x)
 		sum, nz := 0, 0
 		for n, v := range x[:4] {
 			sum += int(v)
@@ -611,11 +612,12 @@ func TestPolluxMutationProbabilities(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	const trials = 40000
 	up := make([]int, 4)
+	base := denseBase(pr)
 	for range trials {
-		x := slices.Clone(pr.base)
-		pr.mutate(rng, x)
+		x := denseBase(pr)
+		denseMutate(pr, rng, x)
 		for j := range 4 {
-			if x[j*pr.stride] > pr.base[j*pr.stride] {
+			if x[j*pr.cols] > base[j*pr.cols] {
 				up[j]++
 			}
 		}
@@ -640,10 +642,12 @@ func TestGaRunStopsOnCancelledContext(t *testing.T) {
 	in.Nodes = append(in.Nodes, Node{ID: "big", GPUs: 8})
 	pr := gaTestProblem(t, in, PolluxConfig{})
 	e := &gaEngine{}
-	e.reset(gaParams{popSize: 10, generations: 50, crossProb: 0.9, maxMatings: 100, rows: pr.rows, cols: pr.stride}, 1)
+	pr.seeds = []spState{{}}
+	pr.seeds[0].copyFrom(&pr.base)
+	e.reset(gaParams{popSize: 10, generations: 50, crossProb: 0.9, maxMatings: 100, rows: pr.rows}, pr, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	res := e.run(ctx, rand.New(rand.NewPCG(1, 1)), pr, pr.base, 1)
+	res := e.run(ctx, rand.New(rand.NewPCG(1, 1)), 1)
 	if !res.cancelled || res.generations != 1 {
 		t.Errorf("run on a cancelled context: cancelled=%v generations=%d, want true and 1", res.cancelled, res.generations)
 	}

@@ -2,8 +2,10 @@ package policy
 
 import (
 	"math"
-	"math/bits"
 	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // polluxProblem is one round's optimisation problem of PolluxSched: the
@@ -11,52 +13,157 @@ import (
 // current allocation, the speedup tables, and the genetic operators that
 // act on a jobs × nodes matrix A, A[j][n] = GPUs of job j on node n
 // (Pollux, OSDI '21, §4.2; artifact simulator/pollux.py class Problem).
-// It implements gaOps. Its buffers are reused across rounds.
+// It implements gaOps and stores the states. Its buffers are reused across
+// rounds.
 //
-// A state is stored row by row, each row padded with zeros to stride, a
-// multiple of 8 columns, so that the operators can scan a row 8 nodes at a
-// time and visit only its non-zero entries (gaNonzeroBytes). The padding
-// stays zero: no operator writes past column cols.
+// A state is stored sparse (spState): a job rarely spans more than a few
+// nodes, so the operators cost O(jobs + non-zero entries + nodes) per
+// state instead of O(jobs × nodes): a round at 4,096 GPUs and 2,880 jobs
+// takes about 1.5 CPU-seconds instead of 30.
 type polluxProblem struct {
-	rows, cols    int
-	stride, words int // padded row length in bytes and in 8-byte words
+	rows, cols int
 
-	capacity []int32 // per node: GPUs
-	maxRep   []int32 // per job: MaxReplicas capped at the cluster size
-	minRep   []int32 // per job: MinReplicas
-	maxNodes int32   // nodes one job may span
-	base     []uint8 // the current allocation, rows × stride
-	factor   []float64
-	scale    float64 // d·#nodes = #nodes / total GPUs
-	p        float64 // power-mean exponent
-	avoid    bool    // interference avoidance
-	quirk    bool    // keep the artifact's interference quirk
+	capacity []int32   // per node: GPUs
+	maxRep   []int32   // per job: MaxReplicas capped at the cluster size
+	minRep   []int32   // per job: MinReplicas
+	maxNodes int32     // nodes one job may span
+	base     spState   // the current allocation
+	factor   []float64 // per job: factor of a changed allocation
+	// Per job: the factor of a changed allocation with more GPUs than the
+	// current one (differs from factor with ExemptGrowth), and the
+	// current allocation's GPUs.
+	growFactor []float64
+	baseSum    []int32
+	scale      float64 // d·#nodes = #nodes / total GPUs
+	p          float64 // power-mean exponent
+	avoid      bool    // interference avoidance
+	quirk      bool    // keep the artifact's interference quirk
 
-	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) is
-	// table[tabOff[j] + nn·tabStride[j] + k], computed on first use (−1
-	// until then).
+	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) has the bits of a
+	// float64 in table[tabOff[j] + nn·tabStride[j] + k], computed on first
+	// use (polluxUnset until then). Workers read and write it atomically;
+	// modelMu serialises the models, which are not safe for concurrent
+	// use.
 	models      []GoodputModel
 	baseGoodput []float64
 	fairK       float64
-	table       []float64
+	table       []uint64
 	tabOff      []int32
 	tabStride   []int32
+	modelMu     sync.Mutex
 
 	// Geometric-skip scales (gaSkipScale) for the mutation.
 	skip10   float64   // p = 0.1
 	skipJobs float64   // p = 1/#jobs
 	skipPres []float64 // p = 1/a, a = 0..#jobs
 
-	// Scratch.
-	masks   []uint64
-	clipped []uint32
-	cnt     []int32
-	used    []int32
-	colsum  []int32
-	presLen []int32
-	pres    []int32
-	hits    []int32
-	idx     []int32
+	// State storage: slot s of the engine is states[s]; seeds holds the
+	// nSeeds seed states of the round.
+	states []spState
+	seeds  []spState
+
+	// workers holds one scratch space per evaluating goroutine; the
+	// serial operators use workers[0]. parallel is the number used.
+	workers  []*polluxWorker
+	parallel int
+}
+
+// polluxWorker is the scratch space of one goroutine evaluating states.
+type polluxWorker struct {
+	pcg *rand.PCG
+	rng *rand.Rand
+	tmp spState
+
+	used      []int32
+	colsum    []int32
+	cnt       []int32
+	presStart []int32
+	pres      []int32
+	hits      []int32
+	adds      []uint64
+	rowbuf    []uint32
+	idx       []int32
+	// Per job, the last two (nodes, GPUs) looked up and their speedups
+	// (at 2j and 2j+1): rows change little between states, and the full
+	// table does not fit in the cache at thousands of jobs.
+	lastKey []int32
+	lastVal []float64
+}
+
+// polluxUnset marks a speedup not computed yet (a NaN's bits).
+const polluxUnset = ^uint64(0)
+
+// resize sizes the worker's scratch for rows jobs and cols nodes.
+func (w *polluxWorker) resize(rows, cols int) {
+	if w.pcg == nil {
+		w.pcg = rand.NewPCG(0, 0)
+		w.rng = rand.New(w.pcg)
+	}
+	w.used = gaGrow(w.used, cols)
+	w.colsum = gaGrow(w.colsum, cols)
+	w.cnt = gaGrow(w.cnt, cols)
+	w.presStart = gaGrow(w.presStart, cols+1)
+	w.lastKey = gaGrow(w.lastKey, 2*rows)
+	for i := range w.lastKey {
+		w.lastKey[i] = -1
+	}
+	w.lastVal = gaGrow(w.lastVal, 2*rows)
+}
+
+// spState is one sparse state: row j's non-zero entries are
+// ent[start[j]:start[j+1]], each node<<8 | GPUs, in increasing node order.
+// After mutation and repair no entry holds 0 GPUs, so equal matrices have
+// equal encodings.
+type spState struct {
+	start []int32
+	ent   []uint32
+}
+
+// spNode and spGPUs unpack an entry.
+func spNode(e uint32) int32 { return int32(e >> 8) }
+func spGPUs(e uint32) int32 { return int32(e & 0xff) }
+
+// spEntry packs an entry.
+func spEntry(n, v int32) uint32 { return uint32(n)<<8 | uint32(v) }
+
+// row returns row j's entries.
+func (s *spState) row(j int) []uint32 { return s.ent[s.start[j]:s.start[j+1]] }
+
+// copyFrom makes s a copy of o.
+func (s *spState) copyFrom(o *spState) {
+	s.start = append(s.start[:0], o.start...)
+	s.ent = append(s.ent[:0], o.ent...)
+}
+
+// equal reports whether s and o encode the same matrix.
+func (s *spState) equal(o *spState) bool {
+	return slices.Equal(s.start, o.start) && slices.Equal(s.ent, o.ent)
+}
+
+// dense returns the state as a rows × cols matrix (for tests and debugging).
+func (s *spState) dense(rows, cols int) []uint8 {
+	x := make([]uint8, rows*cols)
+	for j := range rows {
+		for _, e := range s.row(j) {
+			x[j*cols+int(spNode(e))] = uint8(spGPUs(e))
+		}
+	}
+	return x
+}
+
+// setDense encodes a rows × cols matrix into s.
+func (s *spState) setDense(x []uint8, rows, cols int) {
+	s.start = gaGrow(s.start, rows+1)
+	s.ent = s.ent[:0]
+	for j := range rows {
+		s.start[j] = int32(len(s.ent))
+		for n, v := range x[j*cols : (j+1)*cols] {
+			if v != 0 {
+				s.ent = append(s.ent, spEntry(int32(n), int32(v)))
+			}
+		}
+	}
+	s.start[rows] = int32(len(s.ent))
 }
 
 // polluxRestartFactor is the restart penalty of Pollux (OSDI '21, §4.2,
@@ -77,16 +184,31 @@ func polluxRestartFactor(age float64, restarts int, delta float64) float64 {
 // fair-share base (Pollux, OSDI '21, §4.1; artifact speedup.py and
 // pollux.py Problem.__init__). SPEEDUP(0, 0) = 0. Jobs without a model get
 // the artifact's linear stand-in k/K_f.
-func (pr *polluxProblem) speedup(j int, nn, k int32) float64 {
+func (pr *polluxProblem) speedup(w *polluxWorker, j int, nn, k int32) float64 {
 	if k == 0 {
 		return 0
 	}
-	i := pr.tabOff[j] + nn*pr.tabStride[j] + k
-	v := pr.table[i]
-	if v < 0 {
-		v = pr.computeSpeedup(j, int(nn), int(k))
-		pr.table[i] = v
+	key := nn<<16 | k
+	if w.lastKey[2*j] == key {
+		return w.lastVal[2*j]
 	}
+	if w.lastKey[2*j+1] == key {
+		return w.lastVal[2*j+1]
+	}
+	i := pr.tabOff[j] + nn*pr.tabStride[j] + k
+	b := atomic.LoadUint64(&pr.table[i])
+	if b == polluxUnset {
+		pr.modelMu.Lock()
+		if b = atomic.LoadUint64(&pr.table[i]); b == polluxUnset {
+			b = math.Float64bits(pr.computeSpeedup(j, int(nn), int(k)))
+			atomic.StoreUint64(&pr.table[i], b)
+		}
+		pr.modelMu.Unlock()
+	}
+	v := math.Float64frombits(b)
+	// Two entries per job, the older one evicted.
+	w.lastKey[2*j+1], w.lastVal[2*j+1] = w.lastKey[2*j], w.lastVal[2*j]
+	w.lastKey[2*j], w.lastVal[2*j] = key, v
 	return v
 }
 
@@ -105,6 +227,41 @@ func (pr *polluxProblem) computeSpeedup(j, nn, k int) float64 {
 	return g / pr.baseGoodput[j]
 }
 
+// ensure makes room for slots states.
+func (pr *polluxProblem) ensure(slots int) {
+	if len(pr.states) < slots {
+		pr.states = append(pr.states, make([]spState, slots-len(pr.states))...)
+	}
+}
+
+// loadSeed copies seed i into slot s.
+func (pr *polluxProblem) loadSeed(s int32, i int) { pr.states[s].copyFrom(&pr.seeds[i]) }
+
+// equal reports whether slots s and t hold the same state.
+func (pr *polluxProblem) equal(s, t int32) bool { return pr.states[s].equal(&pr.states[t]) }
+
+// crossover is single-point crossover over rows (Pollux, OSDI '21, §4.2;
+// artifact pollux.py _crossover with pymoo's crossover_mask): the first
+// cut rows of each child come from the other parent. cut = 0 copies the
+// parents.
+func (pr *polluxProblem) crossover(c0, c1, a, b int32, cut int) {
+	xa, xb := &pr.states[a], &pr.states[b]
+	spCross(&pr.states[c0], xa, xb, cut, pr.rows)
+	spCross(&pr.states[c1], xb, xa, cut, pr.rows)
+}
+
+// spCross writes into c the rows [0, cut) of head and the rows [cut, rows)
+// of tail.
+func spCross(c, tail, head *spState, cut, rows int) {
+	c.start = gaGrow(c.start, rows+1)
+	hc, tc := head.start[cut], tail.start[cut]
+	copy(c.start[:cut], head.start[:cut])
+	for j := cut; j <= rows; j++ {
+		c.start[j] = tail.start[j] - tc + hc
+	}
+	c.ent = append(append(c.ent[:0], head.ent[:hc]...), tail.ent[tc:]...)
+}
+
 // mutate is the mutation of the artifact's Problem._mutation, on one
 // state: (1) each job's row is reset to the current allocation with
 // probability 0.1; (2) with probability 0.1 per row, each element of the
@@ -114,91 +271,215 @@ func (pr *polluxProblem) computeSpeedup(j, nn, k int) float64 {
 // q1 = 1/#jobs (every job fits on a node with a free GPU) and
 // q2 = 1/#jobs already on node n for those jobs, 0 for the others. The
 // Bernoulli trials are drawn with geometric skips (gaSkip), which gives
-// every element the same probability as one uniform per element would; in
-// (3) an element on a node with a jobs is hit by the q2 walk over those
-// jobs or the q1 walk over all jobs, independently, so with probability
-// 1 − (1 − q1)(1 − q2). The result may exceed node capacities; repair
-// fixes that.
-func (pr *polluxProblem) mutate(rng *rand.Rand, x []uint8) {
-	rows, cols, stride := pr.rows, pr.cols, pr.stride
-	// (1) Reset rows to the current allocation.
-	for j := gaSkip(rng, pr.skip10); j < rows; j += 1 + gaSkip(rng, pr.skip10) {
-		copy(x[j*stride:(j+1)*stride], pr.base[j*stride:(j+1)*stride])
-	}
-	// (2) Zero some elements of some rows.
-	for j := gaSkip(rng, pr.skip10); j < rows; j += 1 + gaSkip(rng, pr.skip10) {
-		row := x[j*stride : j*stride+cols]
-		for n := gaSkip(rng, pr.skip10); n < cols; n += 1 + gaSkip(rng, pr.skip10) {
-			row[n] = 0
-		}
-	}
-	// (3) Increase some elements on nodes with free GPUs.
-	colsum, presLen, pres := pr.colsum, pr.presLen, pr.pres
-	clear(colsum)
-	clear(presLen)
-	for j := range rows {
-		row := x[j*stride : (j+1)*stride]
-		for k := range pr.words {
-			for m := gaNonzeroBytes(gaWord(row, k)); m != 0; m &= m - 1 {
-				n := 8*k + bits.TrailingZeros64(m)>>3
-				colsum[n] += int32(row[n])
-				pres[n*rows+int(presLen[n])] = int32(j)
-				presLen[n]++
+// every element the same probability as one uniform per element would
+// (zeroing a zero element changes nothing, so step (2) visits only the
+// non-zero ones); in (3) an element on a node with a jobs is hit by the q2
+// walk over those jobs or the q1 walk over all jobs, independently, so
+// with probability 1 − (1 − q1)(1 − q2). The result may exceed node
+// capacities; repair fixes that.
+func (pr *polluxProblem) mutate(rng *rand.Rand, s int32) { pr.mutateWith(pr.workers[0], rng, s) }
+
+func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
+	rows, cols := pr.rows, pr.cols
+	src, dst := &pr.states[s], &w.tmp
+	dst.start = gaGrow(dst.start, rows+1)
+	dst.ent = dst.ent[:0]
+	// (1) and (2) while copying src into dst; runs of rows that neither
+	// step touches are copied at once.
+	reset := gaSkip(rng, pr.skip10)
+	zero := gaSkip(rng, pr.skip10)
+	j := 0
+	for j < rows {
+		if j != reset && j != zero {
+			end := min(reset, zero, rows)
+			delta := int32(len(dst.ent)) - src.start[j]
+			for k := j; k < end; k++ {
+				dst.start[k] = src.start[k] + delta
 			}
+			dst.ent = append(dst.ent, src.ent[src.start[j]:src.start[end]]...)
+			j = end
+			continue
 		}
+		dst.start[j] = int32(len(dst.ent))
+		var r []uint32
+		if j == reset {
+			r = pr.base.row(j)
+			reset += 1 + gaSkip(rng, pr.skip10)
+		} else {
+			r = src.row(j)
+		}
+		if j == zero {
+			zero += 1 + gaSkip(rng, pr.skip10)
+			k := gaSkip(rng, pr.skip10)
+			for i, e := range r {
+				if i == k {
+					k += 1 + gaSkip(rng, pr.skip10)
+					continue
+				}
+				dst.ent = append(dst.ent, e)
+			}
+		} else {
+			dst.ent = append(dst.ent, r...)
+		}
+		j++
+	}
+	dst.start[rows] = int32(len(dst.ent))
+	// Column sums and, per node, the entries on it in job order.
+	colsum, presStart := w.colsum, w.presStart
+	clear(colsum)
+	clear(presStart)
+	for _, e := range dst.ent {
+		n := spNode(e)
+		colsum[n] += spGPUs(e)
+		presStart[n+1]++
 	}
 	for n := range cols {
+		presStart[n+1] += presStart[n]
+	}
+	pres := gaGrow(w.pres, len(dst.ent))
+	w.pres = pres
+	fill := w.used // scratch: next free position per node
+	copy(fill, presStart[:cols])
+	for i, e := range dst.ent {
+		n := spNode(e)
+		pres[fill[n]] = int32(i)
+		fill[n]++
+	}
+	// (3) Increase some elements on nodes with free GPUs.
+	adds := w.adds[:0]
+	// The q1 walks of all nodes with free GPUs are one walk over the
+	// concatenation of their job ranges: the same trials, one draw per hit
+	// (plus one) instead of at least one per node.
+	q1 := int64(gaSkip(rng, pr.skipJobs))
+	var offset int64 // start of the current node's range in the walk
+	for n := range int32(cols) {
 		limit := pr.capacity[n]
 		if limit-colsum[n] < 1 {
 			continue
 		}
-		hits := pr.hits[:0]
-		if a := int(presLen[n]); a > 0 {
-			on := pres[n*rows : n*rows+a]
+		hits := w.hits[:0]
+		on := pres[presStart[n]:presStart[n+1]]
+		if a := len(on); a > 0 {
 			sc := pr.skipPres[a]
 			for i := gaSkip(rng, sc); i < a; i += 1 + gaSkip(rng, sc) {
-				j := int(on[i])
-				hits = append(hits, int32(j))
-				polluxRaise(rng, x, j*stride+n, limit)
+				ei := on[i]
+				// The job of entry ei: the last row starting at or before it.
+				row, _ := slices.BinarySearch(dst.start[:rows+1], ei+1)
+				hits = append(hits, int32(row-1))
+				spRaise(rng, &dst.ent[ei], limit)
 			}
 		}
-		for j := gaSkip(rng, pr.skipJobs); j < rows; j += 1 + gaSkip(rng, pr.skipJobs) {
-			hit := false
-			for _, h := range hits {
-				if int(h) == j {
-					hit = true
+		for ; q1 < offset+int64(rows); q1 += 1 + int64(gaSkip(rng, pr.skipJobs)) {
+			j := int(q1 - offset)
+			if slices.Contains(hits, int32(j)) {
+				continue
+			}
+			found := false
+			for i := dst.start[j]; i < dst.start[j+1]; i++ {
+				if m := spNode(dst.ent[i]); m >= n {
+					if m == n {
+						spRaise(rng, &dst.ent[i], limit)
+						found = true
+					}
 					break
 				}
 			}
-			if !hit {
-				polluxRaise(rng, x, j*stride+n, limit)
+			if !found {
+				// numpy's randint(0, capacity + 1) on a zero element.
+				if v := rng.Int32N(limit + 1); v > 0 {
+					adds = append(adds, uint64(j)<<32|uint64(spEntry(n, v)))
+				}
 			}
 		}
-		pr.hits = hits
+		offset += int64(rows)
+		w.hits = hits
 	}
+	w.adds = adds
+	if len(adds) == 0 {
+		pr.states[s], w.tmp = w.tmp, pr.states[s]
+		return
+	}
+	// Merge the new entries into their rows, writing into src's storage.
+	slices.Sort(adds)
+	src.start = gaGrow(src.start, rows+1)
+	src.ent = src.ent[:0]
+	copyRows := func(from, to int) { // rows [from, to) of dst, unchanged
+		delta := int32(len(src.ent)) - dst.start[from]
+		for k := from; k < to; k++ {
+			src.start[k] = dst.start[k] + delta
+		}
+		src.ent = append(src.ent, dst.ent[dst.start[from]:dst.start[to]]...)
+	}
+	done := 0
+	for ai := 0; ai < len(adds); {
+		j := int(adds[ai] >> 32)
+		copyRows(done, j)
+		src.start[j] = int32(len(src.ent))
+		r := dst.row(j)
+		for ; ai < len(adds) && int(adds[ai]>>32) == j; ai++ {
+			e := uint32(adds[ai])
+			for len(r) > 0 && r[0] < e {
+				src.ent = append(src.ent, r[0])
+				r = r[1:]
+			}
+			src.ent = append(src.ent, e)
+		}
+		src.ent = append(src.ent, r...)
+		done = j + 1
+	}
+	copyRows(done, rows)
+	src.start[rows] = int32(len(src.ent))
 }
 
-// polluxRaise redraws x[i] uniformly in [x[i], limit] (numpy's
+// mutateRepairBatch mutates, repairs and evaluates the states in slots,
+// the i-th with its own random stream PCG(seeds[i], i), writing the
+// objectives and hashes into f0, f1 and hash (indexed by slot). The
+// result does not depend on how many goroutines share the work.
+func (pr *polluxProblem) mutateRepairBatch(slots []int32, seeds []uint64, f0, f1 []float64, hash []uint64) {
+	one := func(w *polluxWorker, i int) {
+		s := slots[i]
+		w.pcg.Seed(seeds[i], uint64(i))
+		pr.mutateWith(w, w.rng, s)
+		f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
+	}
+	nw := min(pr.parallel, len(slots))
+	if nw <= 1 {
+		for i := range slots {
+			one(pr.workers[0], i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range nw {
+		wg.Add(1)
+		go func(w *polluxWorker) {
+			defer wg.Done()
+			for i := k; i < len(slots); i += nw {
+				one(w, i)
+			}
+		}(pr.workers[k])
+	}
+	wg.Wait()
+}
+
+// spRaise redraws an entry's GPUs uniformly in [GPUs, limit] (numpy's
 // randint(states, max_replicas + 1)); a value already at or above the
 // limit is left alone.
-func polluxRaise(rng *rand.Rand, x []uint8, i int, limit int32) {
-	cur := int32(x[i])
+func spRaise(rng *rand.Rand, e *uint32, limit int32) {
+	cur := spGPUs(*e)
 	if cur < limit {
-		x[i] = uint8(cur + rng.Int32N(limit-cur+1))
+		*e = spEntry(spNode(*e), cur+rng.Int32N(limit-cur+1))
 	}
 }
 
-// repairEval repairs a state in place, in the artifact's order
-// (pollux.py Problem._repair), and evaluates it (Problem._evaluate):
+// repairEval repairs slot s in place, in the artifact's order (pollux.py
+// Problem._repair), and evaluates it (Problem._evaluate):
 //
 //	(a) interference avoidance, unless disabled: a job is distributed if it
 //	    spans more than one node; on each node, counting in job order, the
-//	    entry of the second distributed job present and the entries of
-//	    every job after it are zeroed. This keeps the artifact's quirk:
-//	    single-node jobs ordered after the second distributed job on a
-//	    node lose their GPUs there too (pollux.py lines 386–390, the lines
-//	    its README comments out for "no avoidance"). The quirk is kept in
-//	    the default because the fidelity comparison depends on it;
+//	    entry of the second distributed job present is zeroed, and, with
+//	    ArtifactInterferenceQuirk, the entries of every job after it too
+//	    (pollux.py lines 386–390);
 //	(b) at most MaxReplicas GPUs per job, trimming nodes in random order;
 //	(c) at most maxNodes nodes per job (16 in the artifact), in the same
 //	    random order, counted after (b);
@@ -208,20 +489,24 @@ func polluxRaise(rng *rand.Rand, x []uint8, i int, limit int32) {
 //	    stay counted in (d) for the jobs after it, as in the artifact).
 //
 // Steps (a) to (e) for job j depend only on rows ≤ j, so one pass in job
-// order does them all, visiting only non-zero entries; (d) is done
-// together with (a) and undone when (b) or (c) must trim first. The hash
-// adds up a mix of each allocated row's index and non-zero entries. The
-// objectives, both minimised, are −FITNESS_p and −UTILITY (Pollux, OSDI
-// '21, §4.2; artifact Problem._evaluate and get_cluster_utilities):
+// order does them all, compacting the entries forwards. The hash adds up a
+// mix of each allocated row's index and entries. The objectives, both
+// minimised, are −FITNESS_p and −UTILITY (Pollux, OSDI '21, §4.2; artifact
+// Problem._evaluate and get_cluster_utilities):
 //
 //	S_j        = SPEEDUP_j(A_j)·d·#nodes, times the restart factor if row j
 //	             differs from the current allocation;
 //	FITNESS_p  = ((1/J)·Σ_j (S_j + 1e−3)^p)^(1/p);
 //	UTILITY    = Σ_j SPEEDUP_j(A_j) / (GPUs of the nodes in use).
-func (pr *polluxProblem) repairEval(rng *rand.Rand, x []uint8) (float64, float64, uint64) {
-	rows, stride, words := pr.rows, pr.stride, pr.words
-	avoid := pr.avoid
-	used, colsum, capacity, cnt, masks := pr.used, pr.colsum, pr.capacity, pr.cnt, pr.masks
+func (pr *polluxProblem) repairEval(rng *rand.Rand, s int32) (float64, float64, uint64) {
+	return pr.repairEvalWith(pr.workers[0], rng, s)
+}
+
+func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int32) (float64, float64, uint64) {
+	x := &pr.states[s]
+	rows := pr.rows
+	avoid, quirk := pr.avoid, pr.quirk
+	used, colsum, capacity, cnt := wk.used, wk.colsum, pr.capacity, wk.cnt
 	clear(used)
 	clear(colsum)
 	if avoid {
@@ -229,114 +514,91 @@ func (pr *polluxProblem) repairEval(rng *rand.Rand, x []uint8) (float64, float64
 	}
 	var acc, util float64
 	var hash uint64
+	w := int32(0)
+	next := x.start[0]
+	empty := polluxPowerTerm(1e-3, pr.p) // the term of a job without GPUs
 	for j := range rows {
-		row := x[j*stride : (j+1)*stride : (j+1)*stride]
-		// Row j is still as it entered repair: whether the job is
-		// distributed is decided here.
-		nz0 := 0
-		for k := range words {
-			m := gaNonzeroBytes(gaWord(row, k))
-			masks[k] = m
-			nz0 += bits.OnesCount64(m)
+		r0, r1 := next, x.start[j+1]
+		next = r1
+		x.start[j] = w
+		if r0 == r1 {
+			acc += empty
+			continue
 		}
-		dist := avoid && nz0 > 1
-		// (a) and, provisionally, (d) in one pass: (d) is undone in the
-		// rare case that (b) or (c) must trim the row first.
-		var sumA, nzA, sum, nz int32
-		rowHash := uint64(j)
-		clipped := pr.clipped[:0]
-		for k := range words {
-			for m := masks[k]; m != 0; m &= m - 1 {
-				n := 8*k + bits.TrailingZeros64(m)>>3
-				if avoid {
-					c := cnt[n]
-					if c >= 2 && pr.quirk {
-						row[n] = 0
-						continue
-					}
-					if dist {
-						cnt[n] = c + 1
-						if c+1 >= 2 {
-							row[n] = 0
-							continue
-						}
-					}
-				}
-				v := int32(row[n])
-				sumA += v
-				nzA++
-				if room := capacity[n] - used[n]; v > room {
-					clipped = append(clipped, uint32(n)<<8|uint32(v))
-					v = room
-					row[n] = uint8(v)
-				}
-				used[n] += v
-				if v != 0 {
-					colsum[n] += v
-					sum += v
-					nz++
-					rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(n)<<8 | uint64(v)
-				}
-			}
-		}
-		pr.clipped = clipped
-		// (b), (c) Per-job caps.
-		if sumA > pr.maxRep[j] || nzA > pr.maxNodes {
-			for n, v := range row {
-				used[n] -= int32(v)
-				colsum[n] -= int32(v)
-			}
-			for _, c := range clipped {
-				row[c>>8] = uint8(c)
-			}
-			pr.trim(rng, row[:pr.cols], pr.maxRep[j], pr.maxNodes)
-			// (d) Node capacity, cumulative in job order.
-			sum, nz = 0, 0
-			rowHash = uint64(j)
-			for n, v8 := range row {
-				if v8 == 0 {
+		row := x.ent[r0:r1]
+		dist := avoid && len(row) > 1
+		// (a) into the row buffer.
+		buf := wk.rowbuf[:0]
+		var sumA int32
+		for _, e := range row {
+			if avoid {
+				n := spNode(e)
+				c := cnt[n]
+				if c >= 2 && quirk {
 					continue
 				}
-				v := int32(v8)
-				if room := capacity[n] - used[n]; v > room {
-					v = room
-					row[n] = uint8(v)
+				if dist {
+					cnt[n] = c + 1
+					if c+1 >= 2 {
+						continue
+					}
 				}
-				used[n] += v
-				if v != 0 {
-					colsum[n] += v
-					sum += v
-					nz++
-					rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(n)<<8 | uint64(v)
-				}
+			}
+			buf = append(buf, e)
+			sumA += spGPUs(e)
+		}
+		// (b), (c) Per-job caps.
+		if sumA > pr.maxRep[j] || int32(len(buf)) > pr.maxNodes {
+			buf = wk.trim(rng, buf, pr.maxRep[j], pr.maxNodes)
+		}
+		wk.rowbuf = buf
+		// (d) Node capacity, cumulative in job order.
+		var sum, nz int32
+		rowHash := uint64(j)
+		for _, e := range buf {
+			n, v := spNode(e), spGPUs(e)
+			if room := capacity[n] - used[n]; v > room {
+				v = room
+			}
+			used[n] += v
+			if v > 0 {
+				colsum[n] += v
+				sum += v
+				nz++
+				e = spEntry(n, v)
+				x.ent[w] = e
+				w++
+				rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
 			}
 		}
 		// (e) Minimum replicas.
 		if sum != 0 && sum < pr.minRep[j] {
-			for n, v := range row {
-				colsum[n] -= int32(v)
+			for _, e := range x.ent[w-nz : w] {
+				colsum[spNode(e)] -= spGPUs(e)
 			}
-			clear(row)
+			w -= nz
 			sum, nz = 0, 0
 		}
 		if sum == 0 {
 			// SPEEDUP(0, 0) = 0, with or without a restart penalty.
-			acc += polluxPowerTerm(1e-3, pr.p)
+			acc += empty
 			continue
 		}
 		hash += gaMix(rowHash)
-		s := pr.speedup(j, nz, sum)
-		util += s
-		scaled := s * pr.scale
-		base := pr.base[j*stride : (j+1)*stride]
-		for k := range words {
-			if gaWord(row, k) != gaWord(base, k) {
+		sp := pr.speedup(wk, j, nz, sum)
+		util += sp
+		scaled := sp * pr.scale
+		if !slices.Equal(x.ent[w-nz:w], pr.base.row(j)) {
+			if sum > pr.baseSum[j] {
+				scaled *= pr.growFactor[j]
+			} else {
 				scaled *= pr.factor[j]
-				break
 			}
 		}
 		acc += polluxPowerTerm(scaled+1e-3, pr.p)
 	}
+	x.start[rows] = w
+	x.ent = x.ent[:w]
 	fitness := polluxPowerMean(acc, rows, pr.p)
 	var occupied int32
 	for n, c := range colsum {
@@ -375,27 +637,33 @@ func polluxPowerMean(sum float64, n int, p float64) float64 {
 	return math.Pow(m, 1/p)
 }
 
-// trim keeps at most maxRep GPUs on at most maxNodes nodes of one row,
-// visiting its nodes in random order (the artifact shuffles all nodes;
-// shuffling only the occupied ones gives the same distribution).
-func (pr *polluxProblem) trim(rng *rand.Rand, row []uint8, maxRep, maxNodes int32) {
-	idx := pr.idx[:0]
-	for n, v := range row {
-		if v != 0 {
-			idx = append(idx, int32(n))
-		}
+// trim keeps at most maxRep GPUs on at most maxNodes nodes of one row's
+// entries, visiting them in random order (the artifact shuffles all
+// nodes; shuffling only the occupied ones gives the same distribution),
+// and returns the entries left, in node order.
+func (w *polluxWorker) trim(rng *rand.Rand, row []uint32, maxRep, maxNodes int32) []uint32 {
+	idx := w.idx[:0]
+	for i := range row {
+		idx = append(idx, int32(i))
 	}
 	rng.Shuffle(len(idx), func(a, b int) { idx[a], idx[b] = idx[b], idx[a] })
 	left, kept := maxRep, int32(0)
-	for _, n := range idx {
-		take := min(int32(row[n]), left)
+	for _, i := range idx {
+		take := min(spGPUs(row[i]), left)
 		left -= take
 		if take > 0 && kept < maxNodes {
-			row[n] = uint8(take)
+			row[i] = spEntry(spNode(row[i]), take)
 			kept++
 		} else {
-			row[n] = 0
+			row[i] = spEntry(spNode(row[i]), 0)
 		}
 	}
-	pr.idx = idx
+	w.idx = idx
+	out := row[:0]
+	for _, e := range row {
+		if spGPUs(e) != 0 {
+			out = append(out, e)
+		}
+	}
+	return out
 }

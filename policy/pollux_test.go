@@ -42,7 +42,7 @@ func TestPolluxConfigValidate(t *testing.T) {
 		cfg     policy.PolluxConfig
 		wantErr []string // substrings of the error; none means valid
 	}{
-		"zero value is the artifact's":    {cfg: policy.PolluxConfig{}},
+		"zero value is valid":             {cfg: policy.PolluxConfig{}},
 		"explicit artifact settings":      {cfg: policy.PolluxConfig{Population: 100, Generations: 100, FairnessP: -1, RestartPenalty: 30, MaxNodesPerJob: 16}},
 		"p = +1":                          {cfg: policy.PolluxConfig{FairnessP: 1}},
 		"p = -10":                         {cfg: policy.PolluxConfig{FairnessP: -10}},
@@ -53,6 +53,10 @@ func TestPolluxConfigValidate(t *testing.T) {
 		"negative restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: -30}, wantErr: []string{"restart penalty -30"}},
 		"infinite restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: math.Inf(1)}, wantErr: []string{"restart penalty +Inf"}},
 		"negative max nodes":              {cfg: policy.PolluxConfig{MaxNodesPerJob: -2}, wantErr: []string{"max nodes per job -2"}},
+		"hysteresis off":                  {cfg: policy.PolluxConfig{RestartHysteresis: -1}},
+		"hysteresis of 1":                 {cfg: policy.PolluxConfig{RestartHysteresis: 1}, wantErr: []string{"restart hysteresis 1 is not below 1"}},
+		"NaN horizon":                     {cfg: policy.PolluxConfig{RestartHorizon: math.NaN()}, wantErr: []string{"restart horizon NaN"}},
+		"negative workers":                {cfg: policy.PolluxConfig{Workers: -1}, wantErr: []string{"workers -1"}},
 		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
 		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
 		"NewPollux refuses what Validate": {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"population -3"}},
@@ -85,6 +89,33 @@ func TestPolluxZeroFairnessMeansMinusOne(t *testing.T) {
 	minusOne := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 7, FairnessP: -1}), in)
 	if diff := cmp.Diff(minusOne, zero); diff != "" {
 		t.Errorf("p = 0 (default) and p = -1 differ (-p=-1 +p=0):\n%s", diff)
+	}
+}
+
+func TestPolluxSameDecisionsOnAnyWorkerCount(t *testing.T) {
+	// 200 jobs on 256 GPUs: above the size where several cores are used
+	// by default. Three rounds, each seeded by the last.
+	in0 := policytest.ClusterInput(3, 64, 4, 200)
+	run := func(workers int) []policy.Allocations {
+		p := newPollux(t, policy.PolluxConfig{Seed: 9, Workers: workers, Population: 40, Generations: 20})
+		var outs []policy.Allocations
+		in := in0
+		for range 3 {
+			out := optimize(t, p, in)
+			if err := policytest.Check(in, out, policytest.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+				t.Fatalf("workers=%d: %v", workers, err)
+			}
+			outs = append(outs, out)
+			in.Current = out
+			in.Now += 60
+		}
+		return outs
+	}
+	serial := run(1)
+	for _, w := range []int{2, 3} {
+		if diff := cmp.Diff(serial, run(w)); diff != "" {
+			t.Errorf("%d workers decide differently from 1 (-1 +%d):\n%s", w, w, diff)
+		}
 	}
 }
 
@@ -216,28 +247,60 @@ func TestPolluxFairnessShiftsGPUs(t *testing.T) {
 }
 
 func TestPolluxRestartPenalty(t *testing.T) {
-	// One job on a 4-GPU node holding 2 GPUs; 4 GPUs would be 5% faster.
-	// A young job that has restarted is not worth moving; an old job is.
-	model := policytest.Synthetic{Serial: 1, Parallel: 0.21}
+	// One job on a 4-GPU node holding 2 GPUs; 4 GPUs would be 5% faster
+	// (slow), or 1.9x (fast). Without hysteresis (the artifact's factor)
+	// a young job that has restarted is not worth moving, an old one is;
+	// the default hysteresis (0.3) keeps even the old job where it is for
+	// 5%, but not for 1.9x.
+	slow := policytest.Synthetic{Serial: 1, Parallel: 0.21}
+	fast := policytest.Linear()
 	nodes := policytest.Nodes(1, 4)
 	current := policy.Allocations{"j": {"n00", "n00"}}
+	two := policy.Allocations{"j": {"n00", "n00"}}
+	four := policy.Allocations{"j": {"n00", "n00", "n00", "n00"}}
 	tests := map[string]struct {
-		age      float64
-		restarts int
-		want     policy.Allocations
+		age        float64
+		restarts   int
+		model      policy.GoodputModel
+		hysteresis float64
+		growth     bool // ExemptGrowth
+		want       policy.Allocations
 	}{
-		"young job keeps its GPUs": {age: 90, restarts: 1, want: policy.Allocations{"j": {"n00", "n00"}}},
-		"old job grows":            {age: 1e6, restarts: 1, want: policy.Allocations{"j": {"n00", "n00", "n00", "n00"}}},
+		"artifact: young job keeps its GPUs":     {age: 90, restarts: 1, model: slow, hysteresis: -1, want: two},
+		"artifact: old job grows":                {age: 1e6, restarts: 1, model: slow, hysteresis: -1, want: four},
+		"default: old job keeps its GPUs for 5%": {age: 1e6, restarts: 1, model: slow, want: two},
+		"default: old job grows for 1.9x":        {age: 1e6, restarts: 1, model: fast, want: four},
+		"hysteresis 0.01: old job grows for 5%":  {age: 1e6, restarts: 1, model: slow, hysteresis: 0.01, want: four},
+		"default: young restarted job stays put": {age: 90, restarts: 1, model: fast, want: two},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			jobs := policytest.Jobs(policytest.Job("j").GPUs(1, 4).Goodput(model).Age(tc.age).Restarts(tc.restarts))
-			p := newPollux(t, policy.PolluxConfig{Seed: 1})
+			jobs := policytest.Jobs(policytest.Job("j").GPUs(1, 4).Goodput(tc.model).Age(tc.age).Restarts(tc.restarts))
+			p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: tc.hysteresis, ExemptGrowth: tc.growth})
 			got := optimize(t, p, policy.Input{Now: tc.age, Jobs: jobs, Nodes: nodes, Current: current})
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("allocation (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestPolluxRestartTimePerJob(t *testing.T) {
+	// Two identical old jobs could each grow from 2 to 4 GPUs (1.9x) on
+	// their own node; the one whose restart takes longer than its age
+	// allows stays put, the one with the default restart time grows.
+	nodes := policytest.Nodes(2, 4)
+	jobs := policytest.Jobs(
+		policytest.Job("quick").GPUs(1, 4).Goodput(policytest.Linear()).Age(3000).Restarts(1),
+		policytest.Job("slow").GPUs(1, 4).Goodput(policytest.Linear()).Age(3000).Restarts(1),
+	)
+	jobs[1].RestartTime = 1500 // factor max(3000 − 1500, 0)/(3000 + 1500) = 1/3
+	current := policy.Allocations{"quick": {"n00", "n00"}, "slow": {"n01", "n01"}}
+	p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: -1})
+	got := optimize(t, p, policy.Input{Now: 3000, Jobs: jobs, Nodes: nodes, Current: current})
+	want := policy.Allocations{"quick": {"n00", "n00", "n00", "n00"}, "slow": {"n01", "n01"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("allocation (-want +got):\n%s", diff)
 	}
 }
 
@@ -388,6 +451,7 @@ func TestPolluxRejectsInvalidInput(t *testing.T) {
 		"NaN age":            {edit: func(in *policy.Input) { in.Jobs[0].Age = math.NaN() }, want: `job "a" (index 0): age NaN`},
 		"negative service":   {edit: func(in *policy.Input) { in.Jobs[0].AttainedService = -1 }, want: `attained service -1`},
 		"negative restarts":  {edit: func(in *policy.Input) { in.Jobs[0].NumRestarts = -1 }, want: `restart count -1`},
+		"NaN restart time":   {edit: func(in *policy.Input) { in.Jobs[1].RestartTime = math.NaN() }, want: `job "b" (index 1): restart time NaN`},
 		"duplicate node":     {edit: func(in *policy.Input) { in.Nodes[1].ID = in.Nodes[0].ID }, want: `node "n00" (index 1): same ID as node index 0`},
 		"node with 300 GPUs": {edit: func(in *policy.Input) { in.Nodes[0].GPUs = 300 }, want: `node "n00" (index 0): 300 GPUs is outside [0, 255]`},
 	}

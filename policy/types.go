@@ -49,6 +49,11 @@ type Job struct {
 	MinReplicas, MaxReplicas int
 	// NumRestarts counts the reallocations after the first one.
 	NumRestarts int
+	// RestartTime is how long, in seconds, the job makes no progress when
+	// it is (re)started on a new allocation: its measured
+	// checkpoint-restore time where known. 0 means the policy's
+	// configured default (Pollux: PolluxConfig.RestartPenalty).
+	RestartTime float64
 	// Oracle is used by Optimus+Oracle only; other policies ignore it.
 	Oracle Oracle
 }

@@ -16,6 +16,13 @@ import (
 // published workloads.
 func generated(t *testing.T, startHours float64, seed uint64) ([]workload.Job, string) {
 	t.Helper()
+	return generatedN(t, 160, startHours, 8, seed)
+}
+
+// generatedN draws n jobs from the Philly trace over a window of
+// durationHours hours starting at startHours.
+func generatedN(t *testing.T, n int, startHours, durationHours float64, seed uint64) ([]workload.Job, string) {
+	t.Helper()
 	f, err := data.Traces().Open("philly.csv")
 	if err != nil {
 		t.Fatalf("open philly.csv: %v", err)
@@ -37,7 +44,7 @@ func generated(t *testing.T, startHours float64, seed uint64) ([]workload.Job, s
 		}
 		return out
 	}
-	jobs, err := workload.Generate(philly, configs, 160, startHours, 8, seed)
+	jobs, err := workload.Generate(philly, configs, n, startHours, durationHours, seed)
 	if err != nil {
 		t.Fatalf("generate workload: %v", err)
 	}

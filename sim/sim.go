@@ -26,6 +26,11 @@ type Config struct {
 	// RestartDelay is the time a reallocated job makes no progress
 	// (default 30 s, the artifact's re-scale countdown).
 	RestartDelay time.Duration
+	// AppRestartDelay, where it names a job's application, replaces
+	// RestartDelay for that job (measured restart costs differ by
+	// application: 25–250 s in Sia's artifact). The policy is told each
+	// job's delay (policy.Job.RestartTime).
+	AppRestartDelay map[string]time.Duration
 	// Interference is the slowdown of a distributed job sharing a node with
 	// another distributed job (default 0, as the artifact's evaluation).
 	Interference float64
@@ -81,6 +86,11 @@ func (c Config) Validate() error {
 	}
 	if c.Interval < 0 || c.RestartDelay < 0 || c.MaxTime < 0 {
 		errs = append(errs, errors.New("interval, restart delay and max time must not be negative"))
+	}
+	for app, d := range c.AppRestartDelay {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("restart delay of application %q: must not be negative, got %s", app, d))
+		}
 	}
 	if c.Interference < 0 || c.Interference >= 1 {
 		errs = append(errs, fmt.Errorf("interference: must be in [0, 1), got %g", c.Interference))
@@ -242,7 +252,9 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	in := policy.Input{Now: s.now, Nodes: s.nodes, Current: policy.Allocations{}}
 	for _, j := range s.jobs {
 		if j.submitted <= s.now && !j.done() {
-			in.Jobs = append(in.Jobs, j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor))
+			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor)
+			pj.RestartTime = s.restartDelay(j)
+			in.Jobs = append(in.Jobs, pj)
 			if a := s.alloc[j.name]; len(a) > 0 {
 				in.Current[j.name] = a
 			}
@@ -264,7 +276,7 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	for _, j := range s.jobs {
 		old, cur := s.alloc[j.name], next[j.name]
 		if !policy.Equal(old, cur) {
-			j.reallocate(policy.Placement(cur), s.cfg.RestartDelay.Seconds())
+			j.reallocate(policy.Placement(cur), s.restartDelay(j))
 		}
 	}
 	s.alloc = policy.Allocations{}
@@ -274,6 +286,14 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 		}
 	}
 	return opt, nil
+}
+
+// restartDelay is the job's restart delay in seconds.
+func (s *Simulator) restartDelay(j *job) float64 {
+	if d, ok := s.cfg.AppRestartDelay[j.app.Name]; ok {
+		return d.Seconds()
+	}
+	return s.cfg.RestartDelay.Seconds()
 }
 
 // check verifies capacities and bounds of a policy's answer.

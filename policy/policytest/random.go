@@ -139,7 +139,8 @@ func RandomInput(rng *rand.Rand, opts RandomOptions) policy.Input {
 // holding a valid current allocation. It is deterministic for a seed.
 func ClusterInput(seed uint64, nodes, gpus, jobs int) policy.Input {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	in := policy.Input{Now: 1e5, Nodes: Nodes(nodes, gpus), Current: policy.Allocations{}}
+	// Now follows the last submission (one a minute) for large inputs.
+	in := policy.Input{Now: max(1e5, float64(jobs)*60), Nodes: Nodes(nodes, gpus), Current: policy.Allocations{}}
 	free := make([]int, nodes)
 	for i := range free {
 		free[i] = gpus
