@@ -142,6 +142,14 @@ func (c *Controller) Forget() {
 	}
 }
 
+// ListedReader is implemented by a Cluster that can read a job more
+// cheaply right after ListJobs (nomad.Client: it reuses the spec read at
+// the JobModifyIndex the list shows and one allocation listing for all
+// jobs). A round's snapshot uses it when there.
+type ListedReader interface {
+	ReadListed(ctx context.Context, ref JobRef) (Job, error)
+}
+
 // Invalidator is implemented by a Cluster that caches what it read
 // (nomad.Client): Invalidate makes the next round read everything again.
 // The controller calls it when it forgets its own memory (a new term

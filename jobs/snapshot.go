@@ -93,6 +93,10 @@ const readConcurrency = 8
 func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []error) {
 	out := make([]Job, len(refs))
 	errs := make([]error, len(refs))
+	read := c.cluster.ReadJob
+	if lr, ok := c.cluster.(ListedReader); ok {
+		read = lr.ReadListed // the round listed the jobs just now
+	}
 	sem := make(chan struct{}, readConcurrency)
 	var wg sync.WaitGroup
 	for i, ref := range refs {
@@ -101,7 +105,7 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i], errs[i] = c.cluster.ReadJob(ctx, ref)
+			out[i], errs[i] = read(ctx, ref)
 		}()
 	}
 	wg.Wait()

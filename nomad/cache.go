@@ -14,7 +14,7 @@ import (
 
 // The read cache: what lets a steady-state round read only what changed.
 // ListJobs records each tagged job's JobModifyIndex, status and stop flag
-// from the list (one call for every job); ReadJob then reuses the job's
+// from the list (one call for every job); ReadListed then reuses the job's
 // spec (and its first submission time) read at that JobModifyIndex
 // instead of reading it again, and takes the job's placed allocations
 // from one listing of every placed allocation, shared by the reads of a

@@ -9,7 +9,10 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
-var _ jobs.Invalidator = (*Client)(nil)
+var (
+	_ jobs.Invalidator  = (*Client)(nil)
+	_ jobs.ListedReader = (*Client)(nil)
+)
 
 // TestReadCache: a spec is reused only while the job list shows the index
 // it was read at, for at most specTTL, and never after a write, an

@@ -184,12 +184,25 @@ func (c *Client) info(ctx context.Context, ref jobs.JobRef) (*api.Job, error) {
 // ReadJob reads one job: its meta, index and status, the placement its spec
 // asks for and what runs (see the package documentation). A job that cannot
 // be managed is returned with Problem set, not as an error; a job that does
-// not exist gives an error wrapping contract.ErrNotFound.
+// not exist gives an error wrapping contract.ErrNotFound. It always reads
+// from Nomad; ReadListed may reuse what it read before.
 func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	return c.read(ctx, ref, false)
+}
+
+// ReadListed reads a job as ReadJob does, but reuses its spec when the
+// last ListJobs showed it unchanged, and takes its allocations from one
+// listing shared by the reads of a round (cache.go): what a controller's
+// round does right after listing the jobs.
+func (c *Client) ReadListed(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	return c.read(ctx, ref, true)
+}
+
+func (c *Client) read(ctx context.Context, ref jobs.JobRef, cached bool) (jobs.Job, error) {
 	ctx, cancel := c.bounded(ctx, 0)
 	defer cancel()
 	ref.Namespace = namespace(ref)
-	job, submit, known, err := c.spec(ctx, ref)
+	job, submit, known, err := c.spec(ctx, ref, cached)
 	if err != nil {
 		return jobs.Job{}, err
 	}
@@ -218,7 +231,7 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 		j.Placement = specPlacement(job, g, c.dev)
 		j.Unshaped = len(j.Placement) == 0 && g.Meta[contract.MetaNode] == "" && count(g) >= 1
 	}
-	if j.Running, err = c.running(ctx, ref, job); err != nil {
+	if j.Running, err = c.running(ctx, ref, job, cached); err != nil {
 		return jobs.Job{}, err
 	}
 	return j, nil
@@ -227,8 +240,8 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 // spec returns the job's spec and first submission time: from the cache
 // when the job list shows it unchanged (with what the list says of the
 // job), else read from Nomad and cached.
-func (c *Client) spec(ctx context.Context, ref jobs.JobRef) (*api.Job, time.Time, *listed, error) {
-	if s, l, ok := c.cache.spec(ref); ok {
+func (c *Client) spec(ctx context.Context, ref jobs.JobRef, cached bool) (*api.Job, time.Time, *listed, error) {
+	if s, l, ok := c.cache.spec(ref); ok && cached {
 		return s.job, s.submit, &l, nil
 	}
 	job, err := c.info(ctx, ref)
@@ -278,14 +291,33 @@ func (c *Client) submitTime(ctx context.Context, ref jobs.JobRef, job *api.Job) 
 	return time.Unix(0, first).UTC(), nil
 }
 
+// jobAllocs lists the placed allocations of one job.
+func (c *Client) jobAllocs(ctx context.Context, ref jobs.JobRef) ([]*api.AllocationListStub, error) {
+	q := c.query(ctx, ref.Namespace)
+	q.Filter = fmt.Sprintf(`JobID == %s and (ClientStatus == "running" or ClientStatus == "pending") and DesiredStatus == "run"`, strconv.Quote(ref.ID))
+	q.Params = map[string]string{"resources": "true"}
+	allocs, _, err := c.api.Allocations().List(q)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations of job %s: %w", ref, Classify(err, "listing allocations of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
+	}
+	return allocs, nil
+}
+
 // allocIndex matches the "[index]" suffix of an allocation name.
 var allocIndex = regexp.MustCompile(`\[(\d+)\]$`)
 
 // running returns the GPUs held by the job's placed allocations (pending or
 // running, desired to run: a pending allocation already holds its devices), per node,
 // nodes ordered by their group's rank (then allocation index, then ID).
-func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job) ([]jobs.NodeGPUs, error) {
-	allocs, err := c.placedAllocs(ctx, ref)
+// With shared, the allocations come from the listing shared by a round's
+// reads (placedAllocs), else from a listing of the job's own.
+func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, shared bool) (_ []jobs.NodeGPUs, err error) {
+	var allocs []*api.AllocationListStub
+	if shared {
+		allocs, err = c.placedAllocs(ctx, ref)
+	} else {
+		allocs, err = c.jobAllocs(ctx, ref)
+	}
 	if err != nil {
 		return nil, err
 	}
