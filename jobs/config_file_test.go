@@ -163,17 +163,7 @@ func TestMergeHCLRefused(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error; config %+v", got)
 			}
-			for _, w := range tc.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %.600q does not contain %q", err, w)
-				}
-			}
-			if len(err.Error()) >= maxConfigError {
-				t.Errorf("error message is %d bytes", len(err.Error()))
-			}
-			if diff := cmp.Diff(in, got); diff != "" {
-				t.Errorf("config changed on error (-in +got):\n%s", diff)
-			}
+			checkRefused(t, in, got, err, tc.wantErr)
 		})
 	}
 }

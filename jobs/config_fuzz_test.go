@@ -111,17 +111,7 @@ func TestMergeJSONHostile(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error; config %+v", got)
 			}
-			for _, w := range tc.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %.400q does not contain %q", err, w)
-				}
-			}
-			if len(err.Error()) >= maxConfigError {
-				t.Errorf("error message is %d bytes", len(err.Error()))
-			}
-			if diff := cmp.Diff(in, got); diff != "" {
-				t.Errorf("config changed on error (-in +got):\n%s", diff)
-			}
+			checkRefused(t, in, got, err, tc.wantErr)
 		})
 	}
 }
@@ -353,4 +343,21 @@ func FuzzParseState(f *testing.F) {
 		}
 		checkState(t, s)
 	})
+}
+
+// checkRefused checks a refused configuration: the error names every
+// wanted part, stays short, and the configuration is unchanged.
+func checkRefused(t *testing.T, in, got Config, err error, want []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %.600q does not contain %q", err, w)
+		}
+	}
+	if len(err.Error()) >= maxConfigError {
+		t.Errorf("error message is %d bytes", len(err.Error()))
+	}
+	if diff := cmp.Diff(in, got); diff != "" {
+		t.Errorf("config changed on error (-in +got):\n%s", diff)
+	}
 }
