@@ -114,8 +114,11 @@ CHILD = r"""
 import json, os, signal, sys, time
 out = sys.argv[1]
 keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"]
-with open(os.path.join(out, "env-%s" % os.environ["RANK"]), "w") as f:
+# Written whole, then renamed: the launcher may stop this child at any line.
+tmp = os.path.join(out, ".env-%s" % os.environ["RANK"])
+with open(tmp, "w") as f:
     json.dump({k: os.environ.get(k) for k in keys}, f)
+os.rename(tmp, os.path.join(out, "env-%s" % os.environ["RANK"]))
 mode = sys.argv[2]
 if mode == "fail" and os.environ["RANK"] == "1":
     sys.exit(7)
