@@ -56,6 +56,21 @@ type Job struct {
 	RestartTime float64
 	// Oracle is used by Optimus+Oracle only; other policies ignore it.
 	Oracle Oracle
+	// TypedGoodput is the job's goodput model per GPU type (Node.Type) on a
+	// heterogeneous cluster: fitted on the types the job has run on,
+	// predicted (bootstrapped) on the others. A type absent from the map,
+	// or a nil map, falls back to Goodput. A job runs on one GPU type at a
+	// time; moving it to another type is a restart.
+	TypedGoodput map[string]GoodputModel
+}
+
+// GoodputOn returns the job's goodput model on GPU type t: its typed model
+// where there is one, else Goodput (which may be nil: not run yet).
+func (j Job) GoodputOn(t string) GoodputModel {
+	if m, ok := j.TypedGoodput[t]; ok && m != nil {
+		return m
+	}
+	return j.Goodput
 }
 
 // Node is a node whose GPUs the policy may hand out.
@@ -64,6 +79,24 @@ type Node struct {
 	ID string
 	// GPUs is the number of GPUs the policy may use on this node.
 	GPUs int
+	// Type is the node's GPU type ("t4", "v100", "a100", "rtx6000",
+	// "rtx2080ti", or an operator's name); "" on a cluster of one type. All
+	// GPUs of a node are of its type.
+	Type string
+}
+
+// GPUTypes returns the distinct GPU types of nodes, sorted.
+func GPUTypes(nodes []Node) []string {
+	seen := make(map[string]bool)
+	var out []string
+	for _, n := range nodes {
+		if !seen[n.Type] {
+			seen[n.Type] = true
+			out = append(out, n.Type)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Allocations maps a job ID to the node ID of each of its GPUs, in rank
