@@ -103,7 +103,7 @@ func TestDecisionValidate(t *testing.T) {
 func nan() float64 { var z float64; return z / z }
 
 func TestDecisionFromMeta(t *testing.T) {
-	d := Decision{BatchSize: 512, LocalBsz: 128, AccumSteps: 0, LR: 0.4, NumReplicas: 4, NumNodes: 1, Placement: "n1:4", Round: 7}
+	d := Decision{BatchSize: 512, LocalBsz: 128, AccumSteps: 0, LR: 0.4, NumReplicas: 4, NumNodes: 1, Placement: "n1:4", Round: 7, GPUType: "t4"}
 	meta := d.Meta()
 	for _, k := range OwnedMeta {
 		if _, ok := meta[k]; !ok && k != MetaSubmitTime {

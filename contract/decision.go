@@ -32,11 +32,18 @@ type Decision struct {
 	// Placement is "node-id:gpus,node-id:gpus,..." in rank order.
 	Placement string `json:"placement"`
 	Round     int64  `json:"round"`
+	// GPUType is the GPU type of the placement's nodes (the controller's
+	// profile type name, see ValidGPUType); empty when the controller does
+	// not tell GPU types apart or the job holds no GPUs.
+	GPUType string `json:"gpu_type,omitempty"`
 }
 
 // Meta returns the decision as the controller's output meta keys.
+//
+// pollux_gpu_type is in the map only when the decision has a GPU type; a
+// writer removes the key from a job whose new decision has none.
 func (d Decision) Meta() map[string]string {
-	return map[string]string{
+	m := map[string]string{
 		MetaBatchSize:   strconv.Itoa(d.BatchSize),
 		MetaLocalBsz:    strconv.Itoa(d.LocalBsz),
 		MetaAccumSteps:  strconv.Itoa(d.AccumSteps),
@@ -46,6 +53,10 @@ func (d Decision) Meta() map[string]string {
 		MetaPlacement:   d.Placement,
 		MetaRound:       strconv.FormatInt(d.Round, 10),
 	}
+	if d.GPUType != "" {
+		m[MetaGPUType] = d.GPUType
+	}
+	return m
 }
 
 // MaxMetaValue bounds an integer meta value (batch sizes, GPU counts):
@@ -80,6 +91,11 @@ func (d Decision) Validate() error {
 		if want := d.LocalBsz * d.NumReplicas * (d.AccumSteps + 1); d.LocalBsz < 1 || want != d.BatchSize {
 			errs = append(errs, fmt.Errorf("%s: %d is not %s x %s x (%s + 1) = %d x %d x %d",
 				MetaBatchSize, d.BatchSize, MetaLocalBsz, MetaNumReplicas, MetaAccumSteps, d.LocalBsz, d.NumReplicas, d.AccumSteps+1))
+		}
+	}
+	if d.GPUType != "" {
+		if err := ValidGPUType(d.GPUType); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", MetaGPUType, err))
 		}
 	}
 	p, err := ParsePlacement(d.Placement)
@@ -140,6 +156,14 @@ func DecisionFromMeta(lookup func(key string) (string, bool), name func(key stri
 	}
 	if raw, ok := lookup(MetaPlacement); ok {
 		d.Placement = strings.TrimSpace(raw)
+	}
+	if raw, ok := lookup(MetaGPUType); ok && strings.TrimSpace(raw) != "" {
+		t := strings.TrimSpace(raw)
+		if err := ValidGPUType(t); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v, got %q", name(MetaGPUType), err, quote.Cut(raw, 40)))
+		} else {
+			d.GPUType = t
+		}
 	}
 	if raw, ok := lookup(MetaRound); ok {
 		v, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)

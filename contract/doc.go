@@ -21,9 +21,10 @@
 //     progress, grad_sqr, grad_var, profile, and the profile entries'
 //     fields in the order num_nodes, num_replicas, local_bsz, accum_steps,
 //     compute_time, step_time, sync_time, count, all of them always
-//     present;
+//     present, then gpu_type only when it is not empty;
 //   - the profile sorted by (num_nodes, num_replicas, local_bsz,
-//     accum_steps), ascending, each such key at most once;
+//     accum_steps, gpu_type), ascending, gpu_type by bytes with an absent
+//     one first, each such key at most once;
 //   - timestamp in UTC as RFC 3339 with "Z", with fractional seconds only
 //     when they are not zero and without trailing zeros
 //     ("2026-12-02T13:00:00Z", "2026-12-02T13:00:00.25Z");

@@ -75,4 +75,7 @@ type NodeStatus struct {
 	// does not manage.
 	GPUs  int `json:"gpus"`
 	Other int `json:"other,omitempty"`
+	// GPUType is the node's GPU type (the profile type its model name
+	// maps to); empty when the controller does not tell types apart.
+	GPUType string `json:"gpu_type,omitempty"`
 }

@@ -80,7 +80,7 @@ func TestParseHostile(t *testing.T) {
 			wantErr: []string{"grad_var: grad_sqr + grad_var must be finite, got 1e+308 + 1e+308"}},
 		"year 10000":      {input: contracttest.DocJSON(map[string]string{"timestamp": `"10000-01-01T00:00:00Z"`}, ok), wantErr: []string{"parsing time"}},
 		"far offset":      {input: contracttest.DocJSON(map[string]string{"timestamp": `"0001-01-01T00:30:00+01:00"`}, ok), wantErr: []string{"timestamp: must be set, in years 1 to 9999 UTC"}},
-		"duplicate entry": {input: contracttest.DocJSON(nil, ok, ok), wantErr: []string{"profile[1]: same num_nodes, num_replicas, local_bsz and accum_steps as profile[0]"}},
+		"duplicate entry": {input: contracttest.DocJSON(nil, ok, ok), wantErr: []string{"profile[1]: same num_nodes, num_replicas, local_bsz, accum_steps and gpu_type as profile[0]"}},
 		"400 KiB number literal": {input: contracttest.DocJSON(map[string]string{"batch_size": "1" + strings.Repeat("0", 400<<10)}, ok),
 			wantErr: []string{"cannot unmarshal number 1000", "..."}},
 		"400 KiB timestamp": {input: contracttest.DocJSON(map[string]string{"timestamp": `"` + strings.Repeat("9", 400<<10) + `"`}, ok),

@@ -65,5 +65,5 @@ const (
 // key is the author's and is never changed.
 var OwnedMeta = []string{
 	MetaBatchSize, MetaLocalBsz, MetaAccumSteps, MetaLR, MetaNumReplicas,
-	MetaNumNodes, MetaPlacement, MetaRound, MetaSubmitTime,
+	MetaNumNodes, MetaPlacement, MetaRound, MetaSubmitTime, MetaGPUType,
 }

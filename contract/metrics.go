@@ -78,18 +78,27 @@ type ProfileEntry struct {
 	SyncTime float64 `json:"sync_time"`
 	// Count is the number of steps the means cover (at least 1).
 	Count int `json:"count"`
+	// GPUType is the GPU type the steps ran on (optional; see
+	// ValidGPUType): the worker's POLLUX_GPU_TYPE, else the controller's
+	// pollux_gpu_type. Absent means the type of the nodes the job runs on
+	// when the controller reads the document.
+	GPUType string `json:"gpu_type,omitempty"`
 }
 
 // key is an entry's configuration, the canonical sort key.
-type key struct{ nodes, replicas, localBsz, accumSteps int }
+type key struct {
+	nodes, replicas, localBsz, accumSteps int
+	gpuType                               string
+}
 
 func (e ProfileEntry) key() key {
-	return key{e.NumNodes, e.NumReplicas, e.LocalBsz, e.AccumSteps}
+	return key{e.NumNodes, e.NumReplicas, e.LocalBsz, e.AccumSteps, e.GPUType}
 }
 
 func compareKeys(a, b key) int {
 	return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.replicas, b.replicas),
-		cmp.Compare(a.localBsz, b.localBsz), cmp.Compare(a.accumSteps, b.accumSteps))
+		cmp.Compare(a.localBsz, b.localBsz), cmp.Compare(a.accumSteps, b.accumSteps),
+		cmp.Compare(a.gpuType, b.gpuType))
 }
 
 // ParseMetrics decodes and validates a metrics document. It rejects documents
@@ -183,8 +192,13 @@ func (d *Metrics) Validate() error {
 		if e.Count < 1 {
 			report("profile[%d].count: must be at least 1, got %d", i, e.Count)
 		}
+		if e.GPUType != "" {
+			if err := ValidGPUType(e.GPUType); err != nil {
+				report("profile[%d].gpu_type: %v", i, err)
+			}
+		}
 		if j, dup := seen[e.key()]; dup {
-			report("profile[%d]: same num_nodes, num_replicas, local_bsz and accum_steps as profile[%d]", i, j)
+			report("profile[%d]: same num_nodes, num_replicas, local_bsz, accum_steps and gpu_type as profile[%d]", i, j)
 		} else {
 			seen[e.key()] = i
 		}

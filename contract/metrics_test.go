@@ -110,7 +110,7 @@ func TestParseRejects(t *testing.T) {
 		"fractional local batch":      {input: contracttest.DocJSON(nil, contracttest.Entry("local_bsz", "12.5")), wantErr: []string{"local_bsz"}},
 		"duplicate configuration": {
 			input:   contracttest.DocJSON(nil, ok, contracttest.Entry("count", "3")),
-			wantErr: []string{"profile[1]: same num_nodes, num_replicas, local_bsz and accum_steps as profile[0]"},
+			wantErr: []string{"profile[1]: same num_nodes, num_replicas, local_bsz, accum_steps and gpu_type as profile[0]"},
 		},
 		"several problems at once": {
 			input: contracttest.DocJSON(map[string]string{"version": "3", "progress": "-2"}, contracttest.Entry("count", "0", "step_time", "0")),

@@ -46,6 +46,15 @@ type State struct {
 	// GPU-seconds held.
 	Restarts        int     `json:"restarts"`
 	AttainedService float64 `json:"attained_service"`
+	// Typed holds, on a cluster whose GPU types the controller tells
+	// apart, the throughput model fitted to the profile entries of each
+	// GPU type the job has run on (types it has not run on are predicted
+	// every round, not stored). Perf is then the fit of the job's current
+	// type. At most MaxStateTypes entries.
+	Typed map[string]TypedPerf `json:"typed,omitempty"`
+	// GPUType is the GPU type of the last applied allocation ("" if none
+	// or untyped).
+	GPUType string `json:"gpu_type,omitempty"`
 	// MetricsError is the reason the latest metrics document was rejected.
 	MetricsError string `json:"metrics_error,omitempty"`
 	// Pending is a write to the job that was decided and recorded but not
@@ -69,11 +78,40 @@ type PerfParams struct {
 	Gamma  float64 `json:"gamma"`
 }
 
+// finite reports the parameters that are not finite, named under name.
+func (p *PerfParams) finite(name string) error {
+	var errs []error
+	for _, f := range []struct {
+		name  string
+		value float64
+	}{
+		{"alpha_c", p.AlphaC}, {"beta_c", p.BetaC}, {"alpha_n", p.AlphaN}, {"beta_n", p.BetaN},
+		{"alpha_r", p.AlphaR}, {"beta_r", p.BetaR}, {"gamma", p.Gamma},
+	} {
+		if math.IsNaN(f.value) || math.IsInf(f.value, 0) {
+			errs = append(errs, fmt.Errorf("%s: %s: must be finite, got %g", name, f.name, f.value))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // GradParams are the gradient statistics as the state stores them (the
 // fields of model.GradParams).
 type GradParams struct {
 	Sqr float64 `json:"sqr"`
 	Var float64 `json:"var"`
+}
+
+// MaxStateTypes bounds the GPU types a state keeps a fit for.
+const MaxStateTypes = 64
+
+// TypedPerf is a job's throughput model fitted on one GPU type.
+type TypedPerf struct {
+	Perf PerfParams `json:"perf"`
+	// ProfilePoints and MaxProfiled are as State's, for this type's
+	// entries.
+	ProfilePoints int `json:"profile_points"`
+	MaxProfiled   int `json:"max_profiled"`
 }
 
 // PendingApply is one recorded, unconfirmed rewrite of a job.
@@ -120,16 +158,24 @@ func ParseState(data []byte, check func(*State) error) (*State, error) {
 func (s *State) Validate() error {
 	var errs []error
 	if p := s.Perf; p != nil {
-		for _, f := range []struct {
-			name  string
-			value float64
-		}{
-			{"alpha_c", p.AlphaC}, {"beta_c", p.BetaC}, {"alpha_n", p.AlphaN}, {"beta_n", p.BetaN},
-			{"alpha_r", p.AlphaR}, {"beta_r", p.BetaR}, {"gamma", p.Gamma},
-		} {
-			if math.IsNaN(f.value) || math.IsInf(f.value, 0) {
-				errs = append(errs, fmt.Errorf("perf: %s: must be finite, got %g", f.name, f.value))
-			}
+		errs = append(errs, p.finite("perf"))
+	}
+	if len(s.Typed) > MaxStateTypes {
+		errs = append(errs, fmt.Errorf("typed: at most %d GPU types, got %d", MaxStateTypes, len(s.Typed)))
+	}
+	for t, tp := range s.Typed {
+		if err := ValidGPUType(t); err != nil {
+			errs = append(errs, fmt.Errorf("typed: type %q: %w", quote.Cut(t, 40), err))
+			continue
+		}
+		errs = append(errs, tp.Perf.finite("typed."+t+".perf"))
+		if tp.ProfilePoints < 0 || tp.MaxProfiled < 0 || tp.MaxProfiled > MaxMetaValue {
+			errs = append(errs, fmt.Errorf("typed.%s: profile_points and max_profiled must be in [0, %d], got %d and %d", t, MaxMetaValue, tp.ProfilePoints, tp.MaxProfiled))
+		}
+	}
+	if s.GPUType != "" {
+		if err := ValidGPUType(s.GPUType); err != nil {
+			errs = append(errs, fmt.Errorf("gpu_type: %w", err))
 		}
 	}
 	if g := s.Grad; g != nil {

@@ -37,6 +37,13 @@ type JobStatus struct {
 	WaitingSince *time.Time `json:"waiting_since,omitempty"`
 	// Restarts counts the job's reallocations after the first.
 	Restarts int `json:"restarts,omitempty"`
+	// GPUType is the GPU type of the job's decided placement (empty when
+	// the controller does not tell types apart or the job has no GPUs).
+	GPUType string `json:"gpu_type,omitempty"`
+	// Models says, per GPU type of the cluster, where the job's throughput
+	// model on that type comes from: "fitted" (from its profile entries of
+	// that type) or "predicted" (bootstrapped from another type's fit).
+	Models map[string]string `json:"models,omitempty"`
 }
 
 // Status is the summary of one round, written by the leader at StatusKey.
@@ -66,6 +73,9 @@ func (s *Status) String() string {
 		line := fmt.Sprintf("  %-40s %-10s gpus=%-3d", j.Job, j.State, j.GPUs)
 		if j.Decision != nil {
 			line += fmt.Sprintf(" batch=%d local=%d accum=%d lr=%.4g placement=%s", j.Decision.BatchSize, j.Decision.LocalBsz, j.Decision.AccumSteps, j.Decision.LR, j.Decision.Placement)
+		}
+		if j.GPUType != "" {
+			line += " type=" + j.GPUType
 		}
 		if j.Changed {
 			line += " [changed]"

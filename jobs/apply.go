@@ -112,7 +112,7 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 	ref := e.job.JobRef
 	log := c.log.With("job_id", ref.String())
 	d := s.Decision
-	e.st.Decision, e.st.GPUs = &d, d.NumReplicas
+	e.st.Decision, e.st.GPUs, e.st.GPUType = &d, d.NumReplicas, d.GPUType
 	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
 	if !s.Change {
 		c.checkPlaced(ctx, e)
@@ -129,13 +129,13 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 		return
 	}
 	from := contract.FormatPlacement(e.job.Placement)
-	idx, ok := c.write(ctx, e, s.Alloc, d, r.status)
+	idx, ok := c.write(ctx, e, s.Alloc, d, s.GPUModels, r.status)
 	if !ok {
 		return
 	}
 	e.st.Applied = true
 	c.publish(context.WithoutCancel(ctx), ref, d)
-	log.Info("reallocated", "from", from, "to", d.Placement, "batch_size", d.BatchSize,
+	log.Info("reallocated", "from", from, "to", d.Placement, "gpu_type", d.GPUType, "batch_size", d.BatchSize,
 		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
 }
 
@@ -146,7 +146,7 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool {
 	d := Decide(e.spec, nil, nil, c.round)
 	from := contract.FormatPlacement(e.job.Placement)
-	idx, ok := c.write(ctx, e, nil, d, status)
+	idx, ok := c.write(ctx, e, nil, d, nil, status)
 	if ok {
 		c.log.Info("stopped the job first: its new GPUs are held by a job that moves away in the same round", "job_id", e.job.JobRef.String(), "from", from, "job_modify_index", idx)
 	}
@@ -158,7 +158,7 @@ func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool 
 // the entry describes the job as written. It returns the job's new
 // JobModifyIndex and whether the write happened; a refused or failed write
 // is recorded in the job's status.
-func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Decision, status *Status) (uint64, bool) {
+func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Decision, models []string, status *Status) (uint64, bool) {
 	ref := e.job.JobRef
 	log := c.log.With("job_id", ref.String())
 	want := PlacementOf(alloc)
@@ -175,7 +175,7 @@ func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Deci
 		e.st.Error = "held: cannot record the write in consul first"
 		return 0, false
 	}
-	idx, err := c.cluster.Apply(actx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta()})
+	idx, err := c.cluster.Apply(actx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta(), GPUModels: models})
 	switch {
 	case errors.Is(err, ErrConflict):
 		e.st.Conflict = true

@@ -52,6 +52,22 @@ type Config struct {
 	// "tiresias" (each job on pollux_max_gpus GPUs at its initial batch
 	// size) or "optimus" (needs an oracle, see Options.Oracle).
 	Policy string
+	// GPUTypeSource says where a node's GPU type comes from (see
+	// gputypes.go): "" (default: the controller does not tell GPU types
+	// apart), "device.model" (the model name of the node's instances of
+	// Device, as NVIDIA's device plugin reports it: "Tesla T4"),
+	// "meta.<key>" (the node's meta key) or "attr.<key>" (the node's
+	// attribute). Read by the Nomad adapter at start-up, as Device.
+	GPUTypeSource string
+	// GPUTypeMap maps model names (what the source gives) to the GPU type
+	// names the controller uses (t4, v100, a100, rtx6000, rtx2080ti, or an
+	// operator's own), over the built-in rules for common NVIDIA names;
+	// a name neither maps is its own type.
+	GPUTypeMap map[string]string
+	// GPUTypeSpeed is the relative per-GPU speed of each GPU type, over the
+	// built-in defaults (DefaultGPUTypeSpeed): the prior with which a job's
+	// throughput on a type it has not run on is predicted.
+	GPUTypeSpeed map[string]float64
 }
 
 // DefaultConfig returns the defaults of docs/contracts.md §4.
@@ -75,18 +91,21 @@ func DefaultConfig() Config {
 // configDoc is the document form, in JSON (the KV document and .json
 // files) and in HCL (.hcl files); pointers tell "absent" from "zero".
 type configDoc struct {
-	Interval              *string  `json:"interval" hcl:"interval,optional"`
-	FairnessP             *float64 `json:"fairness_p" hcl:"fairness_p,optional"`
-	RestartPenalty        *string  `json:"restart_penalty" hcl:"restart_penalty,optional"`
-	StateGCGrace          *string  `json:"state_gc_grace" hcl:"state_gc_grace,optional"`
-	Device                *string  `json:"device" hcl:"device,optional"`
-	NodePool              *string  `json:"node_pool" hcl:"node_pool,optional"`
-	MaxGPUsPerJob         *int     `json:"max_gpus_per_job" hcl:"max_gpus_per_job,optional"`
-	DryRun                *bool    `json:"dry_run" hcl:"dry_run,optional"`
-	KVPrefix              *string  `json:"kv_prefix" hcl:"kv_prefix,optional"`
-	InterferenceAvoidance *bool    `json:"interference_avoidance" hcl:"interference_avoidance,optional"`
-	ExploreFactor         *int     `json:"explore_factor" hcl:"explore_factor,optional"`
-	Policy                *string  `json:"policy" hcl:"policy,optional"`
+	Interval              *string             `json:"interval" hcl:"interval,optional"`
+	FairnessP             *float64            `json:"fairness_p" hcl:"fairness_p,optional"`
+	RestartPenalty        *string             `json:"restart_penalty" hcl:"restart_penalty,optional"`
+	StateGCGrace          *string             `json:"state_gc_grace" hcl:"state_gc_grace,optional"`
+	Device                *string             `json:"device" hcl:"device,optional"`
+	NodePool              *string             `json:"node_pool" hcl:"node_pool,optional"`
+	MaxGPUsPerJob         *int                `json:"max_gpus_per_job" hcl:"max_gpus_per_job,optional"`
+	DryRun                *bool               `json:"dry_run" hcl:"dry_run,optional"`
+	KVPrefix              *string             `json:"kv_prefix" hcl:"kv_prefix,optional"`
+	InterferenceAvoidance *bool               `json:"interference_avoidance" hcl:"interference_avoidance,optional"`
+	ExploreFactor         *int                `json:"explore_factor" hcl:"explore_factor,optional"`
+	Policy                *string             `json:"policy" hcl:"policy,optional"`
+	GPUTypeSource         *string             `json:"gpu_type_source" hcl:"gpu_type_source,optional"`
+	GPUTypeMap            *map[string]string  `json:"gpu_type_map" hcl:"gpu_type_map,optional"`
+	GPUTypeSpeed          *map[string]float64 `json:"gpu_type_speed" hcl:"gpu_type_speed,optional"`
 	GA                    *struct {
 		Population  *int   `json:"population" hcl:"population,optional"`
 		Generations *int   `json:"generations" hcl:"generations,optional"`
@@ -172,6 +191,15 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 	if d.Policy != nil {
 		out.Policy = *d.Policy
 	}
+	if d.GPUTypeSource != nil {
+		out.GPUTypeSource = *d.GPUTypeSource
+	}
+	if d.GPUTypeMap != nil {
+		out.GPUTypeMap = *d.GPUTypeMap
+	}
+	if d.GPUTypeSpeed != nil {
+		out.GPUTypeSpeed = *d.GPUTypeSpeed
+	}
 	if d.GA != nil {
 		if d.GA.Population != nil {
 			out.Population = *d.GA.Population
@@ -250,6 +278,7 @@ func (c Config) problems() []error {
 	if c.ExploreFactor < 1 || c.ExploreFactor > maxExploreFactor {
 		bad("explore_factor", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor)
 	}
+	errs = append(errs, c.gpuTypeProblems()...)
 	return errs
 }
 

@@ -37,6 +37,9 @@ type Options struct {
 	// NewPolicy creates a policy by name (default policy.New); tests pass
 	// a scripted one.
 	NewPolicy func(name string, s policy.Settings) (policy.Policy, error)
+	// Bootstrap predicts a job's throughput on a GPU type it has not run
+	// on (default SpeedRatioBootstrap).
+	Bootstrap Bootstrapper
 }
 
 // Controller runs scheduling rounds. Round is not safe for concurrent use;
@@ -70,6 +73,10 @@ type Controller struct {
 	// been listed; lastGC is the last garbage collection (gc.go).
 	orphans map[JobRef]time.Time
 	lastGC  time.Time
+	// typer maps GPU model names to types; bootstrap predicts a job's
+	// model on a GPU type it has not run on.
+	typer     gpuTyper
+	bootstrap Bootstrapper
 }
 
 // New returns a controller with configuration cfg.
@@ -92,10 +99,14 @@ func New(cfg Config, o Options) (*Controller, error) {
 	if o.NewPolicy == nil {
 		o.NewPolicy = policy.New
 	}
+	if o.Bootstrap == nil {
+		o.Bootstrap = SpeedRatioBootstrap
+	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
 		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence,
 		policies: map[string]cachedPolicy{}, newPolicy: o.NewPolicy,
+		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap,
 	}, nil
 }
 
@@ -268,6 +279,11 @@ type entry struct {
 	state *State
 	fit   *model.GoodputFunc
 	st    *JobStatus
+	// typed is the job's model per GPU type of the cluster (fitted or
+	// predicted; nil when GPU types are off or it has no fit yet), and
+	// gpuType the type it runs on ("" if none or untyped).
+	typed   map[string]*model.GoodputFunc
+	gpuType string
 }
 
 // round is one scheduling round in progress: what its phases found and
@@ -283,11 +299,18 @@ type round struct {
 	// held counts, per node, the GPUs of jobs the policy may not move.
 	held  map[string]int
 	nodes []Node
+	// nodeType is each node's GPU type and typeModels each type's GPU
+	// model names (empty when GPU types are off).
+	nodeType   map[string]string
+	typeModels map[string][]string
 	// entries are the jobs the policy schedules, in submission order
 	// once the input is built.
 	entries []*entry
 	in      policy.Input
 	next    policy.Allocations
+	// pref is each job's GPU type chosen by the controller for a policy
+	// that is not type-aware (nil otherwise, or when types are off).
+	pref map[string]string
 	// read holds every listed job as read (for the explanations).
 	read []Job
 }

@@ -223,7 +223,11 @@ func gpusWords(n int) string {
 // the policy's input and next its output.
 func (c *Controller) explain(cfg Config, status *Status, stats []*JobStatus, read []Job, entries []*entry, nodes []Node, in policy.Input, next policy.Allocations) {
 	for _, n := range nodes {
-		status.NodeMap = append(status.NodeMap, NodeStatus{ID: n.ID, Name: n.Name, GPUs: n.GPUs, Other: n.UsedByOthers})
+		ns := NodeStatus{ID: n.ID, Name: n.Name, GPUs: n.GPUs, Other: n.UsedByOthers}
+		if cfg.typed() {
+			ns.GPUType = c.typer.typeOf(cfg, n.GPUModel)
+		}
+		status.NodeMap = append(status.NodeMap, ns)
 	}
 	policyGPUs, given := 0, 0
 	for _, n := range in.Nodes {

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,10 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 		}
 		e.state = s
 		c.reconcile(ctx, e)
-		c.refit(ctx, e)
+		if r.cfg.typed() {
+			e.gpuType = cmp.Or(typeOfPlacement(e.job.Running, r.nodeType), typeOfPlacement(e.job.Placement, r.nodeType), s.GPUType)
+		}
+		c.refit(ctx, r, e)
 		if c.dirty {
 			c.saveState(ctx, e.job.JobRef, e.state)
 		}
@@ -118,11 +122,15 @@ func (c *Controller) commit(s *State, alloc []string, d *Decision, index uint64,
 	s.AppliedIndex = index
 	s.AppliedAt = at
 	s.Pending = nil
+	s.GPUType = ""
+	if d != nil {
+		s.GPUType = d.GPUType
+	}
 }
 
 // refit reads the job's metrics document and refits the model when the
 // document is new. A bad document keeps the previous fit.
-func (c *Controller) refit(ctx context.Context, e *entry) {
+func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 	ref := e.job.JobRef
 	raw, idx, err := c.kvGet(ctx, metricsKey(ref))
 	switch {
@@ -132,7 +140,10 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 		c.metrics.incError("read_metrics")
 	case idx != e.state.MetricsIndex:
 		doc, perr := contract.ParseMetrics(raw)
-		if perr == nil {
+		if perr == nil && r.cfg.typed() {
+			perr = c.refitTyped(r, e, doc)
+		} else if perr == nil {
+			e.state.Typed = nil
 			var perf model.PerfParams
 			points := metrics.ProfilePoints(doc)
 			perf, perr = model.FitPerfParams(points)
@@ -168,6 +179,9 @@ func (c *Controller) refit(ctx context.Context, e *entry) {
 	e.st.Error = e.state.MetricsError
 	if e.state.Perf != nil && e.state.Grad != nil {
 		e.fit = &model.GoodputFunc{Perf: model.PerfParams(*e.state.Perf), Grad: model.GradParams(*e.state.Grad), InitBatchSize: float64(e.spec.InitBatchSize)}
+	}
+	if r.cfg.typed() {
+		c.typedModels(r, e)
 	}
 }
 

@@ -72,6 +72,10 @@ type Node struct {
 	// UsedByOthers counts the GPUs held by allocations of jobs the
 	// controller does not manage (they are not Pollux's to give).
 	UsedByOthers int
+	// GPUModel is the node's GPU model name from the configured GPU type
+	// source (the device's name, or a node meta key or attribute); empty
+	// when GPU types are off or the node has none.
+	GPUModel string
 }
 
 // Change is one job rewrite: the new placement and the output meta keys.
@@ -84,8 +88,14 @@ type Change struct {
 	// job's workers to zero.
 	Placement []NodeGPUs
 	// Meta holds the output keys to set (pollux_batch_size, ...); other
-	// meta keys are left as they are.
+	// meta keys are left as they are, except that pollux_gpu_type is
+	// removed when Meta has none.
 	Meta map[string]string
+	// GPUModels, if not empty, are the GPU model names (Node.GPUModel) of
+	// the placement's GPU type: the adapter constrains every per-node
+	// group to nodes with one of them, so that Nomad never runs the job
+	// on another type. Empty: no type constraint.
+	GPUModels []string
 }
 
 // Cluster is the controller's view of Nomad. nomad.Client implements it.
@@ -131,6 +141,13 @@ type Leadership interface {
 	Acquire(ctx context.Context) (<-chan struct{}, error)
 	// Release gives the lock up (on shutdown).
 	Release(ctx context.Context) error
+}
+
+// GPUTypeSourcer is implemented by a Cluster that can read nodes' GPU
+// model names (nomad.Client). The controller sets the configured source
+// (Config.GPUTypeSource, parsed) before each round's Nodes call.
+type GPUTypeSourcer interface {
+	SetGPUTypeSource(src GPUTypeSource)
 }
 
 // Placer is optionally implemented by a Cluster that can tell whether the

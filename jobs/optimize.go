@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
 )
@@ -28,6 +29,7 @@ func (c *Controller) optimize(ctx context.Context, r *round) error {
 			return fmt.Errorf("failed to optimize: %w", err)
 		}
 	}
+	c.keepOneType(r, r.pref)
 	return nil
 }
 
@@ -51,14 +53,30 @@ func (c *Controller) input(r *round) policy.Input {
 	nodes := r.nodes
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	total := 0
+	capacity, perNode := map[string]int{}, map[string]int{}
 	for _, n := range nodes {
 		free := max(n.GPUs-n.UsedByOthers-r.held[n.ID], 0)
-		in.Nodes = append(in.Nodes, policy.Node{ID: n.ID, GPUs: free})
+		t := r.nodeType[n.ID]
+		in.Nodes = append(in.Nodes, policy.Node{ID: n.ID, GPUs: free, Type: t})
 		total += free
+		capacity[t] += free
+		perNode[t] = max(perNode[t], free)
+	}
+	if r.cfg.typed() && !r.traits.TypeAware {
+		r.pref = map[string]string{}
 	}
 	sort.SliceStable(r.entries, func(i, j int) bool { return r.entries[i].job.SubmitTime.Before(r.entries[j].job.SubmitTime) })
 	for _, e := range r.entries {
 		pj := c.policyJob(r, e, total)
+		if r.pref != nil {
+			// A policy that is not type-aware sees the job's model on
+			// the type the controller chose for it.
+			t := preferredType(pj, e.gpuType, capacity, perNode, contract.TotalGPUs(e.job.Placement))
+			r.pref[pj.ID] = t
+			if m, ok := pj.TypedGoodput[t]; ok {
+				pj.Goodput = m
+			}
+		}
 		in.Jobs = append(in.Jobs, pj)
 		if a := AllocOf(e.job.Placement); len(a) > 0 {
 			in.Current[pj.ID] = a
@@ -99,6 +117,12 @@ func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
 	}
 	if r.traits.UsesGoodput && e.fit != nil {
 		pj.Goodput = model.NewGoodputCache(*e.fit, e.spec.Bounds())
+	}
+	if r.traits.UsesGoodput && len(e.typed) > 0 {
+		pj.TypedGoodput = map[string]policy.GoodputModel{}
+		for t, f := range e.typed {
+			pj.TypedGoodput[t] = model.NewGoodputCache(*f, e.spec.Bounds())
+		}
 	}
 	if r.traits.NeedsOracle && c.oracle != nil {
 		pj.Oracle = c.oracle(e.job, e.spec)

@@ -48,6 +48,9 @@ type Step struct {
 	Change bool
 	// Vacate is true when the job is stopped before it is placed.
 	Vacate bool
+	// GPUModels are the GPU model names of the placement's GPU type (see
+	// Change.GPUModels); empty when types are off or it has no GPUs.
+	GPUModels []string
 }
 
 // PlanJob is one scheduled job as the plan needs it.
@@ -56,6 +59,9 @@ type PlanJob struct {
 	Spec Spec
 	// Fit is the job's fitted model (nil before any metrics).
 	Fit *model.GoodputFunc
+	// Typed is its model per GPU type (nil when types are off): the
+	// decision on a placement of type t uses Typed[t] when there is one.
+	Typed map[string]*model.GoodputFunc
 }
 
 // PlanInput is everything a plan is made from.
@@ -72,6 +78,10 @@ type PlanInput struct {
 	Jobs  []PlanJob
 	// Next is the policy's allocation.
 	Next policy.Allocations
+	// NodeType is each node's GPU type and TypeModels each type's GPU
+	// model names (empty when types are off).
+	NodeType   map[string]string
+	TypeModels map[string][]string
 }
 
 // MakePlan decides a round's changes. It does no I/O.
@@ -80,14 +90,20 @@ func MakePlan(in PlanInput) Plan {
 	for i, j := range in.Jobs {
 		alloc := in.Next[j.Job.JobRef.String()]
 		want := PlacementOf(alloc)
+		gpuType := typeOfPlacement(want, in.NodeType)
 		fit := j.Fit
+		if f, ok := j.Typed[gpuType]; ok {
+			fit = f
+		}
 		if !in.AdaptiveBatch {
 			fit = nil // the job keeps its batch size
 		}
+		d := Decide(j.Spec, fit, want, in.Round)
+		d.GPUType = gpuType
 		p.Steps = append(p.Steps, Step{
 			Job: j.Job.JobRef, Index: i, Alloc: alloc, Placement: want,
-			Decision: Decide(j.Spec, fit, want, in.Round),
-			Change:   !unchanged(j.Job, want),
+			Decision: d, GPUModels: in.TypeModels[gpuType],
+			Change: !unchanged(j.Job, want),
 		})
 	}
 	growth := func(s Step) int { return len(s.Alloc) - len(AllocOf(in.Jobs[s.Index].Job.Placement)) }
@@ -131,13 +147,13 @@ func unchanged(job Job, want []NodeGPUs) bool {
 func (c *Controller) plan(r *round) Plan {
 	in := PlanInput{
 		Round: c.round, DryRun: r.cfg.DryRun || !r.apply, AdaptiveBatch: r.traits.AdaptiveBatch,
-		Nodes: r.in.Nodes, Next: r.next,
+		Nodes: r.in.Nodes, Next: r.next, NodeType: r.nodeType, TypeModels: r.typeModels,
 	}
 	if c.kvErr != nil {
 		in.Hold = c.kvErr.Error()
 	}
 	for _, e := range r.entries {
-		in.Jobs = append(in.Jobs, PlanJob{Job: e.job, Spec: e.spec, Fit: e.fit})
+		in.Jobs = append(in.Jobs, PlanJob{Job: e.job, Spec: e.spec, Fit: e.fit, Typed: e.typed})
 	}
 	return MakePlan(in)
 }

@@ -15,11 +15,16 @@ func (c *Controller) snapshot(ctx context.Context, r *round) error {
 		c.metrics.incError("list_jobs")
 		return fmt.Errorf("snapshot: %w", err)
 	}
+	if ts, ok := c.cluster.(GPUTypeSourcer); ok {
+		src, _ := ParseGPUTypeSource(r.cfg.GPUTypeSource) // validated with the configuration
+		ts.SetGPUTypeSource(src)
+	}
 	r.nodes, err = c.cluster.Nodes(ctx)
 	if err != nil {
 		c.metrics.incError("list_nodes")
 		return fmt.Errorf("snapshot: %w", err)
 	}
+	r.nodeType, r.typeModels = c.typesOf(r.cfg, r.nodes)
 	listed := make(map[JobRef]bool, len(refs))
 	for _, ref := range refs {
 		listed[ref] = true

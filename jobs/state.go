@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/pollux-nomad/pollux/contract"
@@ -25,12 +26,17 @@ const maxAttainedService = contract.MaxAttainedService
 // goodput model and the policy would otherwise trust.
 func parseState(data []byte) (*State, error) {
 	return contract.ParseState(data, func(s *State) error {
-		if s.Perf == nil {
-			return nil
+		var errs []error
+		if s.Perf != nil {
+			if err := model.PerfParams(*s.Perf).Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("perf: %w", err))
+			}
 		}
-		if err := model.PerfParams(*s.Perf).Validate(); err != nil {
-			return fmt.Errorf("perf: %w", err)
+		for t, tp := range s.Typed {
+			if err := model.PerfParams(tp.Perf).Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("typed.%s.perf: %w", t, err))
+			}
 		}
-		return nil
+		return errors.Join(errs...)
 	})
 }

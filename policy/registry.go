@@ -21,6 +21,11 @@ type Traits struct {
 	NeedsOracle bool
 	// Replicas says how a job's MaxReplicas is bounded.
 	Replicas ReplicaBound
+	// TypeAware is true when the policy reads Node.Type and
+	// Job.TypedGoodput and never gives one job GPUs of two types. A runner
+	// of a policy without it chooses each job's GPU type itself and keeps
+	// the job on that type (the Nomad controller: jobs/gputypes.go).
+	TypeAware bool
 }
 
 // ReplicaBound is how a policy bounds the GPUs of one job.

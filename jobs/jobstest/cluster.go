@@ -45,6 +45,9 @@ type job struct {
 	// asks is the GPU count of the worker group as submitted (while
 	// Unshaped).
 	asks int
+	// models is the GPU type constraint of the last change
+	// (Change.GPUModels).
+	models []string
 }
 
 var (
@@ -71,6 +74,29 @@ func (c *Cluster) AddNode(id string, gpus int) {
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, jobs.Node{ID: id, Name: id, GPUs: gpus})
 	c.schedule()
+}
+
+// SetGPUModel sets a node's GPU model name (jobs.Node.GPUModel), as the
+// Nomad adapter reads it from the configured GPU type source.
+func (c *Cluster) SetGPUModel(id, model string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.nodes {
+		if c.nodes[i].ID == id {
+			c.nodes[i].GPUModel = model
+		}
+	}
+}
+
+// GPUModels returns the GPU type constraint the last change wrote to a
+// job (Change.GPUModels).
+func (c *Cluster) GPUModels(ref jobs.JobRef) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j, ok := c.jobs[ref]; ok {
+		return slices.Clone(j.models)
+	}
+	return nil
 }
 
 // Submit registers a job as its author would: meta and one worker group
@@ -228,7 +254,11 @@ func (c *Cluster) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		return 0, fmt.Errorf("job %s: modify index is %d, change was read at %d: %w", ch.Job, j.JobModifyIndex, ch.JobModifyIndex, contract.ErrConflict)
 	}
 	j.Placement, j.Unshaped = slices.Clone(ch.Placement), false
+	if _, ok := ch.Meta[contract.MetaGPUType]; !ok {
+		delete(j.Meta, contract.MetaGPUType)
+	}
 	maps.Copy(j.Meta, ch.Meta)
+	j.models = slices.Clone(ch.GPUModels)
 	c.bump(j)
 	idx := j.JobModifyIndex
 	c.mu.Unlock()
