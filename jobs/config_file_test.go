@@ -18,7 +18,8 @@ import (
 const (
 	allFieldsJSON = `{"interval":"10s","fairness_p":-0.5,"restart_penalty":"1m","device":"nomad/file/mock","node_pool":"gpu",` +
 		`"max_gpus_per_job":16,"dry_run":true,"kv_prefix":"px/","interference_avoidance":false,"explore_factor":2,` +
-		`"policy":"tiresias","ga":{"population":50,"generations":20,"seed":-7}}`
+		`"policy":"tiresias","gpu_type_source":"attr.gpu.model","gpu_type_map":{"Tesla T4":"t4"},"gpu_type_speed":{"t4":1.5},` +
+		`"ga":{"population":50,"generations":20,"seed":-7}}`
 	allFieldsHCL = `# every field
 interval               = "10s"
 fairness_p             = -0.5
@@ -31,6 +32,9 @@ kv_prefix              = "px/"
 interference_avoidance = false
 explore_factor         = 2
 policy                 = "tiresias"
+gpu_type_source        = "attr.gpu.model"
+gpu_type_map           = { "Tesla T4" = "t4" }
+gpu_type_speed         = { t4 = 1.5 }
 
 ga {
   population  = 50

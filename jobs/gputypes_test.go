@@ -1,0 +1,247 @@
+package jobs_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/jobs"
+)
+
+const (
+	t4Model   = "Tesla T4"
+	a100Model = "NVIDIA A100-SXM4-40GB"
+)
+
+// typedFixture is a fixture whose two nodes have different GPU models,
+// with GPU types read from the device's model name.
+func typedFixture(t *testing.T, gpus int) *fixture {
+	f := newFixture(t, map[string]int{"n1": gpus, "n2": gpus})
+	f.cluster.SetGPUModel("n1", t4Model)
+	f.cluster.SetGPUModel("n2", a100Model)
+	f.cfg.GPUTypeSource = jobs.GPUTypeFromDevice
+	return f
+}
+
+// profile returns metrics entries of one GPU type whose compute time is
+// slow times a base model's.
+func profile(gpuType string, slow float64) []contract.ProfileEntry {
+	var out []contract.ProfileEntry
+	for _, k := range []int{1, 2} {
+		for _, m := range []int{32, 64, 128} {
+			compute := slow * (0.02 + 0.001*float64(m))
+			sync := 0.0
+			if k > 1 {
+				sync = 0.01
+			}
+			out = append(out, contract.ProfileEntry{NumNodes: 1, NumReplicas: k, LocalBsz: m,
+				ComputeTime: compute, StepTime: compute + sync, SyncTime: sync, Count: 20, GPUType: gpuType})
+		}
+	}
+	return out
+}
+
+func (f *fixture) putMetrics(ref jobs.JobRef, entries ...[]contract.ProfileEntry) {
+	f.t.Helper()
+	d := &contract.Metrics{Version: 1, Timestamp: f.clock.Now(), BatchSize: 128, Progress: 10, GradSqr: 1, GradVar: 4}
+	for _, e := range entries {
+		d.Profile = append(d.Profile, e...)
+	}
+	raw, err := contract.MarshalMetrics(d)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.kv.Put(context.Background(), "jobs/"+ref.Namespace+"/"+ref.ID+"/metrics", raw); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestGPUTypesOneTypePerJob: a policy that is not type-aware gives a job
+// GPUs on both types; the controller keeps it on the type it runs on,
+// with the policy's GPU count, tells the policy each node's type, and
+// writes the type into the decision and the constraint.
+func TestGPUTypesOneTypePerJob(t *testing.T) {
+	f := typedFixture(t, 4)
+	a := f.submit("a", 1)
+	if run := f.job(a).Running; len(run) != 1 || run[0].Node != "n1" {
+		t.Fatalf("the stand-in placed the submitted job on %v, want n1", run)
+	}
+	f.policy.set(map[string][]string{"a": {"n1", "n1", "n2"}})
+	st := f.round(f.controller("c"))
+	in := f.policy.input()
+	types := map[string]string{}
+	for _, n := range in.Nodes {
+		types[n.ID] = n.Type
+	}
+	if types["n1"] != "t4" || types["n2"] != "a100" {
+		t.Fatalf("policy input node types %v, want n1 t4 and n2 a100", types)
+	}
+	line := jobLine(t, st, a)
+	if !line.Applied || line.GPUType != "t4" || line.Decision.Placement != "n1:3" || line.Decision.GPUType != "t4" {
+		t.Fatalf("job line %+v (decision %+v), want 3 GPUs on n1 of type t4", line, line.Decision)
+	}
+	if got := f.cluster.GPUModels(a); !slices.Equal(got, []string{t4Model}) {
+		t.Errorf("type constraint %v, want [%s]", got, t4Model)
+	}
+	if got := f.job(a).Meta[contract.MetaGPUType]; got != "t4" {
+		t.Errorf("meta %s = %q, want t4", contract.MetaGPUType, got)
+	}
+	if s := f.state(a); s.GPUType != "t4" {
+		t.Errorf("state gpu_type %q, want t4", s.GPUType)
+	}
+	var nodeTypes []string
+	for _, n := range st.NodeMap {
+		nodeTypes = append(nodeTypes, n.ID+"="+n.GPUType)
+	}
+	if !slices.Equal(nodeTypes, []string{"n1=t4", "n2=a100"}) {
+		t.Errorf("status node map types %v", nodeTypes)
+	}
+}
+
+// TestGPUTypesFitPerTypeAndMove: the job's metrics are fitted per GPU
+// type; the type it has not run on is predicted from the speed prior and
+// the controller moves it there (a100 is predicted faster); once it has
+// measured a100 slower, it is fitted there too and moves back.
+func TestGPUTypesFitPerTypeAndMove(t *testing.T) {
+	f := typedFixture(t, 4)
+	a := f.submit("a", 1)
+	c := f.controller("c")
+	f.policy.set(map[string][]string{"a": {"n1"}})
+	f.round(c)
+	f.putMetrics(a, profile(t4Model, 1))
+	f.clock.Advance(time.Minute)
+	st := f.round(c)
+	line := jobLine(t, st, a)
+	if line.Models["t4"] != "fitted" || line.Models["a100"] != "predicted" {
+		t.Fatalf("models %v, want t4 fitted and a100 predicted", line.Models)
+	}
+	if s := f.state(a); len(s.Typed) != 1 || s.Typed["t4"].ProfilePoints != 6 {
+		t.Fatalf("state typed fits %+v, want t4 with 6 points", s.Typed)
+	}
+	in := f.policy.input()
+	pj := in.Jobs[0]
+	if len(pj.TypedGoodput) != 2 || pj.Goodput == nil {
+		t.Fatalf("policy job %+v: want models on both types", pj)
+	}
+	if g4, g100 := pj.TypedGoodput["t4"].Goodput(1, 1), pj.TypedGoodput["a100"].Goodput(1, 1); !(g100 > 1.5*g4) {
+		t.Errorf("predicted a100 goodput %g, t4 %g: want the speed prior's ratio (2)", g100, g4)
+	}
+	if pj.Goodput.Goodput(1, 1) != pj.TypedGoodput["a100"].Goodput(1, 1) {
+		t.Errorf("the policy sees the job's model on %v, want a100's", pj.Goodput.Goodput(1, 1))
+	}
+	if line.Decision.Placement != "n2:1" || line.Decision.GPUType != "a100" || !line.Applied {
+		t.Fatalf("decision %+v, want the job moved to the a100 node n2", line.Decision)
+	}
+	if got := f.cluster.GPUModels(a); !slices.Equal(got, []string{a100Model}) {
+		t.Errorf("type constraint %v, want [%s]", got, a100Model)
+	}
+
+	// On a100 it measures 3x slower than on t4: fitted, it moves back.
+	f.putMetrics(a, profile(t4Model, 1), profile("a100", 3))
+	f.policy.set(map[string][]string{"a": {"n2"}})
+	f.clock.Advance(time.Minute)
+	st = f.round(c)
+	line = jobLine(t, st, a)
+	if line.Models["t4"] != "fitted" || line.Models["a100"] != "fitted" {
+		t.Fatalf("models %v, want both fitted", line.Models)
+	}
+	s := f.state(a)
+	if len(s.Typed) != 2 || !(s.Typed["a100"].Perf.BetaC > 2*s.Typed["t4"].Perf.BetaC) {
+		t.Fatalf("typed fits %+v: want a100's compute slope about 3x t4's", s.Typed)
+	}
+	if line.Decision.Placement != "n1:1" || line.GPUType != "t4" {
+		t.Fatalf("decision %+v, want the job back on the t4 node", line.Decision)
+	}
+	if s.Restarts != 2 {
+		t.Errorf("restarts %d, want 2 (two moves)", s.Restarts)
+	}
+}
+
+// TestGPUTypesTrimWhenTypeIsFull: the chosen type has fewer free GPUs
+// than the policy gave: the job gets what that type has, never GPUs of
+// two types.
+func TestGPUTypesTrimWhenTypeIsFull(t *testing.T) {
+	f := typedFixture(t, 2)
+	a := f.submit("a", 1)
+	f.policy.set(map[string][]string{"a": {"n2", "n2", "n1", "n1"}})
+	st := f.round(f.controller("c"))
+	line := jobLine(t, st, a)
+	if line.Decision.Placement != "n1:2" || line.GPUType != "t4" {
+		t.Fatalf("decision %+v, want the 2 GPUs of the t4 node the job runs on", line.Decision)
+	}
+}
+
+// TestGPUTypesOffByDefault: without a source nothing is typed, and the
+// policy's allocation is applied as it is, across nodes.
+func TestGPUTypesOffByDefault(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 2, "n2": 2})
+	f.cluster.SetGPUModel("n1", t4Model)
+	f.cluster.SetGPUModel("n2", a100Model)
+	a := f.submit("a", 1)
+	f.policy.set(map[string][]string{"a": {"n1", "n1", "n2"}})
+	st := f.round(f.controller("c"))
+	line := jobLine(t, st, a)
+	if line.Decision.Placement != "n1:2,n2:1" || line.GPUType != "" || line.Decision.GPUType != "" || f.cluster.GPUModels(a) != nil {
+		t.Fatalf("untyped: line %+v decision %+v", line, line.Decision)
+	}
+	if _, ok := f.job(a).Meta[contract.MetaGPUType]; ok {
+		t.Errorf("untyped job has %s", contract.MetaGPUType)
+	}
+}
+
+// TestGPUTypeNames: model names map through the operator's map, then the
+// built-in rules, else are their own type.
+func TestGPUTypeNames(t *testing.T) {
+	f := typedFixture(t, 1)
+	f.cluster.SetGPUModel("n1", "Quadro RTX 6000")
+	f.cluster.SetGPUModel("n2", "Mystery GPU")
+	f.cluster.AddNode("n3", 1)
+	f.cluster.SetGPUModel("n3", "Tesla V100-SXM2-16GB")
+	f.cfg.GPUTypeMap = map[string]string{"Tesla V100-SXM2-16GB": "v100-16"}
+	st := f.round(f.controller("c"))
+	var got []string
+	for _, n := range st.NodeMap {
+		got = append(got, n.GPUType)
+	}
+	if want := []string{"rtx6000", "Mystery GPU", "v100-16"}; !slices.Equal(got, want) {
+		t.Errorf("types %v, want %v", got, want)
+	}
+}
+
+// TestGPUTypeConfig: the new keys in JSON and HCL, and their refusals.
+func TestGPUTypeConfig(t *testing.T) {
+	js := `{"gpu_type_source":"meta.gpu_type","gpu_type_map":{"Tesla T4":"t4","L4":"l4"},"gpu_type_speed":{"l4":1.3}}`
+	hcl := "gpu_type_source = \"meta.gpu_type\"\ngpu_type_map = {\n  \"Tesla T4\" = \"t4\"\n  L4 = \"l4\"\n}\ngpu_type_speed = { l4 = 1.3 }\n"
+	a, err := jobs.DefaultConfig().MergeJSON([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jobs.DefaultConfig().MergeHCL([]byte(hcl), "t.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GPUTypeSource != "meta.gpu_type" || a.GPUTypeMap["L4"] != "l4" || a.GPUTypeSpeed["l4"] != 1.3 ||
+		b.GPUTypeSource != a.GPUTypeSource || b.GPUTypeMap["Tesla T4"] != "t4" || b.GPUTypeSpeed["l4"] != 1.3 {
+		t.Fatalf("json %+v\nhcl %+v", a, b)
+	}
+	for doc, want := range map[string]string{
+		`{"gpu_type_source":"node.gpu"}`:       `gpu_type_source: want "", "device.model"`,
+		`{"gpu_type_source":"meta."}`:          "gpu_type_source: the meta key must be",
+		`{"gpu_type_source":"attr.a b"}`:       "gpu_type_source: the attr key must be",
+		`{"gpu_type_map":{"Tesla T4":"t\"4"}}`: `gpu_type_map: type of "Tesla T4"`,
+		`{"gpu_type_map":{"":"t4"}}`:           `gpu_type_map: model name ""`,
+		`{"gpu_type_speed":{"a100":0}}`:        `gpu_type_speed: speed of "a100" must be in (0`,
+		`{"gpu_type_speed":{"a100":"fast"}}`:   "gpu_type_speed",
+		`{"gpu_type_map":{"Tesla T4":4}}`:      "gpu_type_map",
+	} {
+		if _, err := jobs.DefaultConfig().MergeJSON([]byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one containing %q", doc, err, want)
+		}
+	}
+	if _, err := jobs.DefaultConfig().MergeHCL([]byte("gpu_type_source = \"gpu\"\n"), "t.hcl"); err == nil || !strings.Contains(err.Error(), "t.hcl:1") || !strings.Contains(err.Error(), "gpu_type_source") {
+		t.Errorf("HCL refusal without file, line and field: %v", err)
+	}
+}
