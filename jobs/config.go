@@ -57,7 +57,7 @@ type Config struct {
 	// apart), "device.model" (the model name of the node's instances of
 	// Device, as NVIDIA's device plugin reports it: "Tesla T4"),
 	// "meta.<key>" (the node's meta key) or "attr.<key>" (the node's
-	// attribute). Read by the Nomad adapter at start-up, as Device.
+	// attribute). A change applies from the next round.
 	GPUTypeSource string
 	// GPUTypeMap maps model names (what the source gives) to the GPU type
 	// names the controller uses (t4, v100, a100, rtx6000, rtx2080ti, or an

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,6 +38,11 @@ type Config struct {
 	// Logger receives the adapter's logs (sub-logger "nomad"). Default: no
 	// logging.
 	Logger hclog.Logger
+	// GPUTypeSource says where a node's GPU model name comes from
+	// (jobs.Node.GPUModel; see jobs.ParseGPUTypeSource). The zero value:
+	// nowhere. The controller sets it again before each round
+	// (SetGPUTypeSource).
+	GPUTypeSource jobs.GPUTypeSource
 	// Namespaces limits the jobs the adapter manages to these namespaces.
 	// Empty: every namespace the token may read ("*"). Jobs in other
 	// namespaces are treated like jobs Pollux does not manage.
@@ -69,6 +75,66 @@ type Client struct {
 	log hclog.Logger
 	// cache lets steady-state rounds re-read only what changed (cache.go).
 	cache readCache
+	// typeMu guards src and models: the GPU type source and each node's
+	// model name read from its meta or attributes, by node ID, kept while
+	// the node's ModifyIndex stays the same.
+	typeMu sync.Mutex
+	src    jobs.GPUTypeSource
+	models map[string]nodeModel
+}
+
+// nodeModel is a node's GPU model name as read at a ModifyIndex under a
+// source.
+type nodeModel struct {
+	index uint64
+	src   jobs.GPUTypeSource
+	model string
+}
+
+var _ jobs.GPUTypeSourcer = (*Client)(nil)
+
+// SetGPUTypeSource sets where Nodes reads each node's GPU model name, and
+// which constraint Apply writes.
+func (c *Client) SetGPUTypeSource(src jobs.GPUTypeSource) {
+	c.typeMu.Lock()
+	defer c.typeMu.Unlock()
+	c.src = src
+}
+
+func (c *Client) typeSource() jobs.GPUTypeSource {
+	c.typeMu.Lock()
+	defer c.typeMu.Unlock()
+	return c.src
+}
+
+// nodeModelOf returns a node's GPU model name from its meta or attributes
+// (source kinds meta and attr), reading the node only when its
+// ModifyIndex moved since the last read.
+func (c *Client) nodeModelOf(ctx context.Context, s *api.NodeListStub, src jobs.GPUTypeSource) (string, error) {
+	c.typeMu.Lock()
+	m, ok := c.models[s.ID]
+	c.typeMu.Unlock()
+	if ok && m.index == s.ModifyIndex && m.src == src {
+		return m.model, nil
+	}
+	n, _, err := c.api.Nodes().Info(s.ID, c.query(ctx, ""))
+	if err != nil {
+		return "", fmt.Errorf("failed to read node %s for its GPU type: %w", s.Name, Classify(err, "reading node "+s.Name, NeedNode))
+	}
+	model := n.Meta[src.Key]
+	if src.Kind == "attr" {
+		model = n.Attributes[src.Key]
+	}
+	if model == "" {
+		c.log.Warn("node has no GPU type: its "+src.Kind+" key is not set", "node", s.Name, "key", src.Key)
+	}
+	c.typeMu.Lock()
+	if c.models == nil {
+		c.models = map[string]nodeModel{}
+	}
+	c.models[s.ID] = nodeModel{index: s.ModifyIndex, src: src, model: model}
+	c.typeMu.Unlock()
+	return model, nil
 }
 
 var _ jobs.Cluster = (*Client)(nil)
@@ -87,7 +153,7 @@ func New(client *api.Client, cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	c := &Client{api: client, dev: dev, cfg: cfg, log: cfg.Logger}
+	c := &Client{api: client, dev: dev, cfg: cfg, log: cfg.Logger, src: cfg.GPUTypeSource}
 	if c.log == nil {
 		c.log = hclog.NewNullLogger()
 	}
@@ -428,6 +494,7 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	}
 	var out []jobs.Node
 	index := map[string]int{}
+	src := c.typeSource()
 	for _, s := range stubs {
 		if s.Status != api.NodeStatusReady || s.SchedulingEligibility != api.NodeSchedulingEligible || s.Drain {
 			continue
@@ -446,21 +513,34 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 			}
 			res = n.NodeResources
 		}
-		gpus := 0
+		gpus, model, most := 0, "", 0
 		if res != nil {
 			for _, d := range res.Devices {
 				if d == nil || !c.dev.matchesInstance(d.Vendor, d.Type, d.Name) {
 					continue
 				}
+				healthy := 0
 				for _, inst := range d.Instances {
 					if inst != nil && inst.Healthy {
-						gpus++
+						healthy++
 					}
+				}
+				gpus += healthy
+				if healthy > most {
+					model, most = d.Name, healthy // a node has one GPU type: its most numerous model
 				}
 			}
 		}
+		switch src.Kind {
+		case "meta", "attr":
+			if model, err = c.nodeModelOf(ctx, s, src); err != nil {
+				return nil, err
+			}
+		case "":
+			model = ""
+		}
 		index[s.ID] = len(out)
-		out = append(out, jobs.Node{ID: s.ID, Name: s.Name, GPUs: gpus})
+		out = append(out, jobs.Node{ID: s.ID, Name: s.Name, GPUs: gpus, GPUModel: model})
 	}
 	if len(out) == 0 {
 		return out, nil
@@ -542,8 +622,11 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		}
 		job.Meta[contract.MetaSubmitTime] = first.Format(time.RFC3339Nano)
 	}
-	if err := reshape(job, g, ch.Placement, c.dev); err != nil {
+	if err := reshape(job, g, ch.Placement, c.dev, gpuTypeConstraint(c.typeSource(), ch.GPUModels)); err != nil {
 		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, err)
+	}
+	if _, ok := ch.Meta[contract.MetaGPUType]; !ok {
+		delete(job.Meta, contract.MetaGPUType)
 	}
 	maps.Copy(job.Meta, ch.Meta)
 	job.Meta[contract.MetaEnabled] = "true"

@@ -234,13 +234,17 @@ func specPlacement(job *api.Job, g *api.TaskGroup, dev device) []jobs.NodeGPUs {
 
 // reshape rewrites the job's groups for placement p (see the package
 // documentation). g must be the job's worker group from workerGroup.
-func reshape(job *api.Job, g *api.TaskGroup, p []jobs.NodeGPUs, dev device) error {
+func reshape(job *api.Job, g *api.TaskGroup, p []jobs.NodeGPUs, dev device, tc *typeConstraint) error {
 	base := groupName(g)
 	for i, ng := range p {
 		if ng.Node == "" || ng.GPUs < 1 {
 			return fmt.Errorf("invalid placement entry %d (%q: %d GPUs): want a node ID and at least 1 GPU", i, ng.Node, ng.GPUs)
 		}
 	}
+	if len(p) == 0 {
+		tc = nil
+	}
+	retype(g, dev, tc)
 	tmpl, err := copyGroup(g)
 	if err != nil {
 		return err

@@ -201,6 +201,24 @@ class AllocationTest(unittest.TestCase):
                 pr.Reporter(consul=pr.Consul("127.0.0.1:1"), start=False)
             self.assertIn("job_id", str(cm.exception))
 
+    def test_gpu_type_from_env(self):
+        """POLLUX_GPU_TYPE wins over the controller's pollux_gpu_type; steps
+        observed without a type get it; a bad value is refused, named."""
+        base = {"NOMAD_JOB_ID": "bert", "NOMAD_META_pollux_gpu_type": "a100"}
+        with mock.patch.dict(os.environ, base, clear=True):
+            self.assertEqual(pr.Reporter(consul=pr.Consul("127.0.0.1:1"), start=False).gpu_type, "a100")
+            self.assertEqual(pr.allocation().gpu_type, "a100")
+        with mock.patch.dict(os.environ, dict(base, POLLUX_GPU_TYPE="Tesla T4"), clear=True):
+            r = pr.Reporter(consul=pr.Consul("127.0.0.1:1"), start=False)
+        self.assertEqual(r.gpu_type, "Tesla T4")
+        r.observe(pr.StepConfig(1, 1, 32, 0), 0.1, 0.2, 0.0)
+        r.observe(pr.StepConfig(1, 1, 32, 0, "t4"), 0.1, 0.2, 0.0)
+        self.assertEqual(sorted(k.gpu_type for k in r._mine), ["Tesla T4", "t4"])
+        with mock.patch.dict(os.environ, dict(base, POLLUX_GPU_TYPE='bad"type'), clear=True):
+            with self.assertRaises(ValueError) as cm:
+                pr.Reporter(consul=pr.Consul("127.0.0.1:1"), start=False)
+            self.assertIn("POLLUX_GPU_TYPE", str(cm.exception))
+
 
 class RejectTest(unittest.TestCase):
     def test_rejects_bad_values(self):
@@ -268,14 +286,15 @@ def replay(test, v):
     prefix = "pollux-test/py-vectors-%s/" % secrets.token_hex(4)
     test.addCleanup(test.consul.delete, prefix, True)
     r = test.reporter(prefix=prefix, job_id="vectors", init_batch_size=v.get("init_batch_size", 0),
-                      now=lambda: ts, start=False)
+                      now=lambda: ts, start=False, gpu_type=v.get("gpu_type", ""))
     if v.get("existing"):
         test.consul.put(r.key, v["existing"].encode())
     for i, o in enumerate(v["observations"]):
         args = dict(o)
         op = args.pop("op")
         if op == "observe":
-            r.observe(pr.StepConfig(args["num_nodes"], args["num_replicas"], args["local_bsz"], args["accum_steps"]),
+            r.observe(pr.StepConfig(args["num_nodes"], args["num_replicas"], args["local_bsz"], args["accum_steps"],
+                                    args.get("gpu_type", "")),
                       args["compute_time"], args["step_time"], args["sync_time"])
         elif op == "gradients":
             r.observe_gradients(args["grad_sqr"], args["grad_var"])

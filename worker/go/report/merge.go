@@ -54,12 +54,12 @@ func statsOf(e contract.ProfileEntry) stats {
 func entryOf(k StepConfig, s stats) contract.ProfileEntry {
 	return contract.ProfileEntry{
 		NumNodes: k.NumNodes, NumReplicas: k.NumReplicas, LocalBsz: k.LocalBsz, AccumSteps: k.AccumSteps,
-		ComputeTime: s.compute, StepTime: s.step, SyncTime: s.sync, Count: s.count,
+		ComputeTime: s.compute, StepTime: s.step, SyncTime: s.sync, Count: s.count, GPUType: k.GPUType,
 	}
 }
 
 func keyOf(e contract.ProfileEntry) StepConfig {
-	return StepConfig{NumNodes: e.NumNodes, NumReplicas: e.NumReplicas, LocalBsz: e.LocalBsz, AccumSteps: e.AccumSteps}
+	return StepConfig{NumNodes: e.NumNodes, NumReplicas: e.NumReplicas, LocalBsz: e.LocalBsz, AccumSteps: e.AccumSteps, GPUType: e.GPUType}
 }
 
 // mergeInto merges b into a (a's samples first).

@@ -47,6 +47,14 @@ const (
 	// EnvInitBatchSize is the job's initial batch size M0, the default of
 	// Config.InitBatchSize.
 	EnvInitBatchSize = "NOMAD_META_" + contract.MetaInitBatchSize
+	// EnvGPUType is the GPU type the job author tells the worker
+	// (POLLUX_GPU_TYPE, for example "${meta.gpu_type}" in the task's env
+	// block), the first default of Config.GPUType.
+	EnvGPUType = contract.EnvGPUType
+	// EnvControllerGPUType is the GPU type of the allocation the
+	// controller applied (its pollux_gpu_type meta key), the second
+	// default of Config.GPUType.
+	EnvControllerGPUType = "NOMAD_META_" + contract.MetaGPUType
 )
 
 // maxCASAttempts bounds the check-and-set attempts of one write.
@@ -91,6 +99,12 @@ type Config struct {
 	// Now returns the time written as the document's timestamp. Default
 	// time.Now.
 	Now func() time.Time
+	// GPUType is the GPU type the worker runs on, written as the gpu_type
+	// of the profile entries of steps observed without one
+	// (docs/contracts.md §3). Default: POLLUX_GPU_TYPE, else
+	// NOMAD_META_pollux_gpu_type, else none (the controller then counts
+	// the entries for the type of the nodes the job runs on).
+	GPUType string
 }
 
 // withDefaults returns c with its defaults filled in from the
@@ -157,6 +171,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.GPUType == "" {
+		c.GPUType = strings.TrimSpace(os.Getenv(EnvGPUType))
+		name := EnvGPUType
+		if c.GPUType == "" {
+			c.GPUType, name = strings.TrimSpace(os.Getenv(EnvControllerGPUType)), EnvControllerGPUType
+		}
+		if c.GPUType != "" {
+			if err := contract.ValidGPUType(c.GPUType); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	} else if err := contract.ValidGPUType(c.GPUType); err != nil {
+		errs = append(errs, fmt.Errorf("GPUType: %w", err))
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -172,6 +200,9 @@ type StepConfig struct {
 	// AccumSteps is the number of gradient-accumulation steps per
 	// optimizer step (at least 0).
 	AccumSteps int
+	// GPUType is the GPU type the step ran on (optional, see
+	// contract.ValidGPUType); Observe fills in Config.GPUType when empty.
+	GPUType string
 }
 
 func (s StepConfig) validate() error {
@@ -187,6 +218,11 @@ func (s StepConfig) validate() error {
 	}
 	if s.AccumSteps < 0 {
 		errs = append(errs, fmt.Errorf("accum_steps: must be at least 0, got %d", s.AccumSteps))
+	}
+	if s.GPUType != "" {
+		if err := contract.ValidGPUType(s.GPUType); err != nil {
+			errs = append(errs, fmt.Errorf("gpu_type: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -259,6 +295,9 @@ func (r *Reporter) Key() string { return r.key }
 // finite, or out of range, is rejected with an error naming it and
 // changes nothing.
 func (r *Reporter) Observe(cfg StepConfig, computeTime, stepTime, syncTime float64) error {
+	if cfg.GPUType == "" {
+		cfg.GPUType = r.cfg.GPUType
+	}
 	errs := []error{cfg.validate()}
 	errs = append(errs, positive("computeTime", computeTime), positive("stepTime", stepTime),
 		nonNegative("syncTime", syncTime))

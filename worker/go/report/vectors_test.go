@@ -29,6 +29,8 @@ type vector struct {
 	Timestamp string `json:"timestamp"`
 	// InitBatchSize is the reporter's configured initial batch size.
 	InitBatchSize int `json:"init_batch_size,omitempty"`
+	// GPUType is the reporter's configured GPU type (POLLUX_GPU_TYPE).
+	GPUType string `json:"gpu_type,omitempty"`
 	// Existing is a document stored before the observations, if any.
 	Existing string `json:"existing,omitempty"`
 	// Observations are the reporter calls in order; after the last one
@@ -45,6 +47,12 @@ type op map[string]any
 func observe(nodes, replicas, localBsz, accum int, compute, step, sync float64) op {
 	return op{"op": "observe", "num_nodes": nodes, "num_replicas": replicas, "local_bsz": localBsz,
 		"accum_steps": accum, "compute_time": compute, "step_time": step, "sync_time": sync}
+}
+
+// typed is an observation with its own GPU type.
+func typed(o op, gpuType string) op {
+	o["gpu_type"] = gpuType
+	return o
 }
 
 func gradients(sqr, variance float64) op {
@@ -158,6 +166,21 @@ func vectorInputs() []vector {
 			},
 		},
 		{
+			Name:      "GPU types",
+			Timestamp: "2026-12-03T12:00:00Z",
+			GPUType:   "NVIDIA A100-SXM4-40GB",
+			Existing: `{"version":1,"timestamp":"2026-12-03T11:00:00Z","batch_size":64,"progress":5,"grad_sqr":1,"grad_var":2,` +
+				`"profile":[{"num_nodes":1,"num_replicas":1,"local_bsz":32,"accum_steps":0,"compute_time":0.3,"step_time":0.4,"sync_time":0,"count":10,"gpu_type":"t4"},` +
+				`{"num_nodes":1,"num_replicas":1,"local_bsz":32,"accum_steps":0,"compute_time":0.35,"step_time":0.45,"sync_time":0,"count":4}]}`,
+			Observations: []op{
+				observe(1, 1, 32, 0, 0.1, 0.15, 0),
+				typed(observe(1, 1, 32, 0, 0.25, 0.3, 0), "t4"),
+				typed(observe(1, 2, 32, 0, 0.26, 0.31, 0.01), "t4"),
+				observe(1, 1, 32, 0, 0.12, 0.17, 0),
+				progress(9, 64),
+			},
+		},
+		{
 			Name:         "sixty observations",
 			Timestamp:    "2026-12-02T17:00:00.5Z",
 			Observations: many,
@@ -179,6 +202,7 @@ type opArgs struct {
 	GradVar     float64 `json:"grad_var"`
 	Progress    float64 `json:"progress"`
 	BatchSize   int     `json:"batch_size"`
+	GPUType     string  `json:"gpu_type"`
 }
 
 // replay runs a case's observations through a Go Reporter against Consul
@@ -190,7 +214,7 @@ func replay(t *testing.T, raw *api.Client, v vector) string {
 		t.Fatalf("timestamp: %v", err)
 	}
 	r := newReporter(t, raw, report.Config{
-		JobID: "vectors", InitBatchSize: v.InitBatchSize, MinInterval: time.Hour,
+		JobID: "vectors", InitBatchSize: v.InitBatchSize, MinInterval: time.Hour, GPUType: v.GPUType,
 		Now: func() time.Time { return ts },
 	})
 	if v.Existing != "" {
@@ -211,7 +235,7 @@ func replay(t *testing.T, raw *api.Client, v vector) string {
 		}
 		switch args.Op {
 		case "observe":
-			err = r.Observe(report.StepConfig{NumNodes: args.NumNodes, NumReplicas: args.NumReplicas, LocalBsz: args.LocalBsz, AccumSteps: args.AccumSteps},
+			err = r.Observe(report.StepConfig{NumNodes: args.NumNodes, NumReplicas: args.NumReplicas, LocalBsz: args.LocalBsz, AccumSteps: args.AccumSteps, GPUType: args.GPUType},
 				args.ComputeTime, args.StepTime, args.SyncTime)
 		case "gradients":
 			err = r.ObserveGradients(args.GradSqr, args.GradVar)

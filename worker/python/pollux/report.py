@@ -108,6 +108,20 @@ ENV_NAMESPACE = "NOMAD_NAMESPACE"
 ENV_JOB_ID = "NOMAD_JOB_ID"
 ENV_RANK = "NOMAD_META_pollux_rank"
 ENV_INIT_BATCH_SIZE = "NOMAD_META_pollux_init_batch_size"
+# The GPU type a job author tells the worker (for example "${meta.gpu_type}"
+# in the task's env block), else the controller's pollux_gpu_type meta key.
+ENV_GPU_TYPE = "POLLUX_GPU_TYPE"
+ENV_CONTROLLER_GPU_TYPE = "NOMAD_META_pollux_gpu_type"
+MAX_GPU_TYPE_LEN = 64
+_GPU_TYPE = re.compile(r"[A-Za-z0-9 ._+-]{1,%d}\Z" % MAX_GPU_TYPE_LEN)
+
+
+def gpu_type_problem(t) -> Optional[str]:
+    """Why t is not a valid GPU type name (contract.ValidGPUType), or None:
+    1 to 64 ASCII letters, digits, spaces, '.', '_', '+' or '-'."""
+    if not isinstance(t, str) or not _GPU_TYPE.match(t):
+        return "must be 1 to %d letters, digits, spaces, '.', '_', '+' or '-', got %r" % (MAX_GPU_TYPE_LEN, t)
+    return None
 
 # Logs go to the "pollux.report" logger; like every library's, it has a
 # NullHandler, so configure logging (logging.basicConfig) to see them.
@@ -206,6 +220,7 @@ class StepConfig(NamedTuple):
     num_replicas: int
     local_bsz: int
     accum_steps: int
+    gpu_type: str = ""
 
 
 class Stats(NamedTuple):
@@ -261,6 +276,8 @@ def _validate(d: Document):
             errs.append("profile[%d].local_bsz: must be at least 1, got %d" % (i, k.local_bsz))
         if k.accum_steps < 0:
             errs.append("profile[%d].accum_steps: must be at least 0, got %d" % (i, k.accum_steps))
+        if k.gpu_type and gpu_type_problem(k.gpu_type):
+            errs.append("profile[%d].gpu_type: %s" % (i, gpu_type_problem(k.gpu_type)))
         finite("profile[%d].compute_time" % i, s.compute, True)
         finite("profile[%d].step_time" % i, s.step, True)
         finite("profile[%d].sync_time" % i, s.sync, False)
@@ -284,9 +301,10 @@ def marshal(d: Document) -> bytes:
     for i, (k, s) in enumerate(sorted(d.profile.items())):
         parts.append(
             '%s{"num_nodes":%d,"num_replicas":%d,"local_bsz":%d,"accum_steps":%d,'
-            '"compute_time":%s,"step_time":%s,"sync_time":%s,"count":%d}'
+            '"compute_time":%s,"step_time":%s,"sync_time":%s,"count":%d%s}'
             % ("," if i else "", k.num_nodes, k.num_replicas, k.local_bsz, k.accum_steps,
-               f(s.compute), f(s.step), f(s.sync), s.count))
+               f(s.compute), f(s.step), f(s.sync), s.count,
+               ',"gpu_type":"%s"' % k.gpu_type if k.gpu_type else ""))
     parts.append("]}")
     return "".join(parts).encode()
 
@@ -344,11 +362,14 @@ def parse(data) -> Document:
         where = "profile[%d]." % i
         if not isinstance(e, dict):
             raise ValueError("failed to parse metrics document: profile[%d]: not an object" % i)
+        gpu_type = e.get("gpu_type") or ""
+        if not isinstance(gpu_type, str):
+            raise ValueError("failed to parse metrics document: %sgpu_type: not a string: %r" % (where, gpu_type))
         k = StepConfig(integer(e, "num_nodes", where), integer(e, "num_replicas", where),
-                       integer(e, "local_bsz", where), integer(e, "accum_steps", where))
+                       integer(e, "local_bsz", where), integer(e, "accum_steps", where), gpu_type)
         if k in profile:
             raise ValueError("invalid metrics document: profile[%d]: same num_nodes, num_replicas, "
-                             "local_bsz and accum_steps as an earlier entry" % i)
+                             "local_bsz, accum_steps and gpu_type as an earlier entry" % i)
         profile[k] = Stats(integer(e, "count", where), number(e, "compute_time", where),
                            number(e, "step_time", where), number(e, "sync_time", where))
     d = Document(version=integer(raw, "version", ""), timestamp=timestamp,
@@ -556,6 +577,7 @@ class Decision:
     num_nodes: int = 0
     placement: str = ""
     round: int = 0
+    gpu_type: str = ""
 
     @classmethod
     def from_json(cls, data) -> "Decision":
@@ -583,6 +605,11 @@ class Decision:
             if not isinstance(v, str):
                 raise ValueError("decision: placement: not a string: %r" % (v,))
             kw["placement"] = v
+        v = raw.get("gpu_type")
+        if v is not None:
+            if not isinstance(v, str):
+                raise ValueError("decision: gpu_type: not a string: %r" % (v,))
+            kw["gpu_type"] = v
         return cls(**kw)
 
 
@@ -593,7 +620,7 @@ _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 def allocation(environ=None) -> Decision:
     """Read the allocation a worker was started with from
     NOMAD_META_pollux_batch_size, _local_bsz, _accum_steps, _lr,
-    _num_replicas, _num_nodes, _placement and _round. Missing keys are zero;
+    _num_replicas, _num_nodes, _placement, _round and _gpu_type. Missing keys are zero;
     malformed ones raise ValueError naming every bad variable."""
     env = os.environ if environ is None else environ
     kw, errs = {}, []
@@ -614,6 +641,12 @@ def allocation(environ=None) -> Decision:
         else:
             kw["lr"] = float(raw)
     kw["placement"] = env.get("NOMAD_META_pollux_placement", "").strip()
+    gpu_type = env.get(ENV_CONTROLLER_GPU_TYPE, "").strip()
+    if gpu_type:
+        if gpu_type_problem(gpu_type):
+            errs.append("%s: %s" % (ENV_CONTROLLER_GPU_TYPE, gpu_type_problem(gpu_type)))
+        else:
+            kw["gpu_type"] = gpu_type
     if errs:
         raise ValueError("failed to read allocation: " + "; ".join(errs))
     return Decision(**kw)
@@ -664,14 +697,27 @@ class Reporter:
     logger: a logging.Logger (default "pollux.report").
     now: returns the timestamp written (default: the current UTC time).
     start: start the background writer (rank 0 only).
+    gpu_type: the GPU type written as the gpu_type of steps observed without
+        one; default POLLUX_GPU_TYPE, else NOMAD_META_pollux_gpu_type, else
+        none (the controller then counts them for the type of the nodes the
+        job runs on).
     """
 
     def __init__(self, consul: Optional[Consul] = None, prefix: str = DEFAULT_PREFIX,
                  namespace: Optional[str] = None, job_id: Optional[str] = None, rank: Optional[int] = None,
                  init_batch_size: Optional[int] = None, min_interval: float = DEFAULT_MIN_INTERVAL,
                  decision_wait: float = DEFAULT_DECISION_WAIT, logger: Optional[logging.Logger] = None,
-                 now=None, start: bool = True):
+                 now=None, start: bool = True, gpu_type: Optional[str] = None):
         errs = []
+        if gpu_type is None:
+            name = ENV_GPU_TYPE
+            gpu_type = os.environ.get(ENV_GPU_TYPE, "").strip()
+            if not gpu_type:
+                name, gpu_type = ENV_CONTROLLER_GPU_TYPE, os.environ.get(ENV_CONTROLLER_GPU_TYPE, "").strip()
+            if gpu_type and gpu_type_problem(gpu_type):
+                errs.append("%s: %s" % (name, gpu_type_problem(gpu_type)))
+        elif gpu_type and gpu_type_problem(gpu_type):
+            errs.append("gpu_type: %s" % gpu_type_problem(gpu_type))
         if not prefix.endswith("/") or prefix.startswith("/"):
             errs.append("prefix: must end with \"/\" and not start with it, got %r" % prefix)
         namespace = namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
@@ -706,6 +752,7 @@ class Reporter:
         self.consul = consul or Consul()
         self.prefix, self.namespace, self.job_id, self.rank = prefix, namespace, job_id, rank
         self.init_batch_size = init_batch_size
+        self.gpu_type = gpu_type or ""
         self.min_interval, self.decision_wait = float(min_interval), float(decision_wait)
         self.key = "%sjobs/%s/%s/metrics" % (prefix, namespace, job_id)
         self.decision_key = "%sjobs/%s/%s/decision" % (prefix, namespace, job_id)
@@ -735,19 +782,27 @@ class Reporter:
 
     def observe(self, config, compute_time, step_time, sync_time):
         """Record one optimizer step run with config (a StepConfig or a
-        4-tuple num_nodes, num_replicas, local_bsz, accum_steps): the mean
+        4-tuple num_nodes, num_replicas, local_bsz, accum_steps; without a
+        gpu_type, the reporter's gpu_type is used): the mean
         seconds of a micro-batch forward and backward pass without
         synchronisation (compute_time, positive), of the synchronising
         optimizer step (step_time, positive) and blocked in all-reduce
         (sync_time, at least 0). Raises ValueError naming a bad argument;
         a rejected call changes nothing."""
         try:
-            nodes, replicas, local_bsz, accum = config
+            if isinstance(config, tuple) and len(config) == 5:
+                nodes, replicas, local_bsz, accum, gpu_type = config
+            else:
+                nodes, replicas, local_bsz, accum = config
+                gpu_type = ""
         except (TypeError, ValueError):
             raise ValueError("config: must be a StepConfig, got %r" % (config,)) from None
+        gpu_type = gpu_type or self.gpu_type
+        if gpu_type and gpu_type_problem(gpu_type):
+            raise ValueError("gpu_type: %s" % gpu_type_problem(gpu_type))
         nodes = _integer("num_nodes", nodes, 1)
         k = StepConfig(nodes, _integer("num_replicas", replicas, max(nodes, 1)),
-                       _integer("local_bsz", local_bsz, 1), _integer("accum_steps", accum, 0))
+                       _integer("local_bsz", local_bsz, 1), _integer("accum_steps", accum, 0), gpu_type)
         s = Stats(1, _number("compute_time", compute_time, True), _number("step_time", step_time, True),
                   _number("sync_time", sync_time, False))
         with self._cond:
