@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,10 +53,25 @@ var (
 // the secure (ACL/TLS) cluster.
 var clusterOffsets = []int{7000, 8000, 10000}
 
+// POLLUX_E2E_CLUSTER_OFFSETS (comma-separated) replaces clusterOffsets, so
+// that developers sharing one machine give their dedicated clusters ports
+// of their own.
 func nextOffset() int {
 	offsetMu.Lock()
 	defer offsetMu.Unlock()
-	o := clusterOffsets[offsetNext%len(clusterOffsets)]
+	offsets := clusterOffsets
+	if v := os.Getenv("POLLUX_E2E_CLUSTER_OFFSETS"); v != "" {
+		offsets = nil
+		for _, f := range strings.Split(v, ",") {
+			if o, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && o > 0 {
+				offsets = append(offsets, o)
+			}
+		}
+		if len(offsets) == 0 {
+			offsets = clusterOffsets
+		}
+	}
+	o := offsets[offsetNext%len(offsets)]
 	offsetNext++
 	return o
 }

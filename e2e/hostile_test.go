@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -154,7 +155,7 @@ func TestHostileConfig(t *testing.T) {
 		n := rounds.Load()
 		time.Sleep(500 * time.Millisecond) // the watcher sees it
 		waitRounds(n + 1)
-		if got := c.Config(); got != base {
+		if got := c.Config(); !reflect.DeepEqual(got, base) {
 			t.Fatalf("configuration changed after the invalid document %.40q: %+v", doc, got)
 		}
 	}

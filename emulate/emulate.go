@@ -59,6 +59,11 @@ type Config struct {
 	Rank int
 	// Reporter reports metrics (rank 0).
 	Reporter *report.Reporter
+	// GPUType is the GPU type the worker runs on (logged; the reporter
+	// writes it into the profile entries) and GPUSpeed its per-GPU speed
+	// relative to the profiles' (default 1): compute time is divided by it.
+	GPUType  string
+	GPUSpeed float64
 	Logger   hclog.Logger
 }
 
@@ -76,7 +81,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	log := cfg.Logger.Named("emulate").With("app", cfg.App.Name, "rank", cfg.Rank)
+	if cfg.GPUSpeed <= 0 {
+		cfg.GPUSpeed = 1
+	}
+	log := cfg.Logger.Named("emulate").With("app", cfg.App.Name, "rank", cfg.Rank, "gpu_type", cfg.GPUType)
 	key := cfg.Prefix + contract.CheckpointKey(cfg.Namespace, cfg.ID)
 	kv := cfg.Consul.KV()
 	if cfg.Rank != 0 {
@@ -105,6 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	shape.speed = cfg.GPUSpeed
 	decisions := cfg.Reporter.Decisions(ctx)
 	tick := time.NewTicker(cfg.Tick)
 	defer tick.Stop()
@@ -160,6 +169,8 @@ type shape struct {
 	placementString string
 	localBsz        int
 	accumSteps      int
+	// speed divides the profile's compute time (the GPU type's speed).
+	speed float64
 }
 
 // newShape reads the allocation the worker was started with; a job that
@@ -206,6 +217,9 @@ func (s *shape) advance(r *report.Reporter, cp *Checkpoint, dt float64) (bool, e
 	step, sync, err := app.Throughput(s.placement, local)
 	if err != nil {
 		return false, fmt.Errorf("emulate: no profile for placement %v at local batch %d: %w", s.placement, local, err)
+	}
+	if s.speed > 0 && s.speed != 1 {
+		step = sync + (step-sync)/s.speed // a faster GPU computes faster; the network is the same
 	}
 	batch := local * k * (s.accumSteps + 1)
 	batch = min(max(batch, app.InitBatchSize), app.MaxBatchSize)

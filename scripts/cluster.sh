@@ -45,6 +45,12 @@
 # "nomad/file/mock". raw_exec is enabled. Nothing binds or advertises anything
 # but 127.0.0.1; update checks and cloud fingerprinters are off.
 #
+# POLLUX_GPU_TYPES (default empty) gives the clients GPU types, for the
+# heterogeneous-GPU tests: a comma-separated list (t4,a100), one per client
+# in order (the last repeats for further clients), set as each client's node
+# meta key gpu_type (the controller's gpu_type_source = "meta.gpu_type").
+# The fake devices stay nomad/file/mock on every client.
+#
 # State, logs and PIDs live in POLLUX_CLUSTER_DIR (default <repo>/.cluster,
 # git-ignored). `up` writes <dir>/env with export lines for NOMAD_ADDR,
 # CONSUL_HTTP_ADDR, POLLUX_DEVICE and POLLUX_CLUSTER_DIR.
@@ -64,6 +70,7 @@ gpus=${POLLUX_GPUS_PER_CLIENT:-4}
 off=${POLLUX_PORT_OFFSET:-11000}
 ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
 consul_dev=${POLLUX_CONSUL_DEV:-1}
+gpu_types=${POLLUX_GPU_TYPES:-}
 device=nomad/file/mock
 
 # secure_mode: ACL and TLS of this cluster: as recorded at `up`, else from
@@ -83,6 +90,17 @@ consul_serf_wan=$((8302 + off))
 nomad_http=$((4646 + off))
 nomad_rpc=$((4647 + off))
 nomad_serf=$((4648 + off))
+# client_gpu_type I: the GPU type of client I from POLLUX_GPU_TYPES (the last
+# entry repeats).
+client_gpu_type() {
+  local IFS=, types
+  read -r -a types <<<"$gpu_types"
+  local n=${#types[@]} i=$(($1 - 1))
+  [ "$i" -lt "$n" ] || i=$((n - 1))
+  [[ "${types[$i]}" =~ ^[A-Za-z0-9._+\ -]{1,64}$ ]] ||
+    die "POLLUX_GPU_TYPES: entry $(($i + 1)) \"${types[$i]}\" is not 1 to 64 letters, digits, spaces, '.', '_', '+' or '-'"
+  printf '%s' "${types[$i]}"
+}
 client_port() { echo $((5000 + off + 10 * $1 + $2)); } # client_port I K: K=0 http, 1 rpc, 2 serf
 
 log() { echo "cluster: $*" >&2; }
@@ -342,8 +360,15 @@ consul {
   client_auto_join = false
 }
 EOF
-  local i
+  local i meta gtype
   for i in $(seq 1 "$clients"); do
+    meta=""
+    if [ -n "$gpu_types" ]; then
+      gtype=$(client_gpu_type "$i") || exit 1
+      meta="  meta {
+    gpu_type = \"$gtype\"
+  }"
+    fi
     cat >"$dir/client-$i.hcl" <<EOF
 disable_update_check = true
 name       = "client-$i"
@@ -369,6 +394,7 @@ client {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
     "driver.denylist"      = "docker,qemu,java,exec,podman"
   }
+$meta
 }
 consul {
   address          = "127.0.0.1:$consul_http"
@@ -689,6 +715,9 @@ export CONSUL_HTTP_ADDR=127.0.0.1:$consul_http
 export POLLUX_DEVICE=$device
 export POLLUX_CLUSTER_DIR=$dir
 EOF
+  if [ -n "$gpu_types" ]; then
+    echo "export POLLUX_GPU_TYPES=$gpu_types" >>"$dir/env"
+  fi
   if [ "$tls" = 1 ]; then
     cat >>"$dir/env" <<EOF
 export NOMAD_CACERT=$dir/tls/ca.pem

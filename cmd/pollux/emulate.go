@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -26,9 +29,15 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		profiles = fs.String("profiles", "", "application profiles directory (default: embedded)")
 		prefix   = fs.String("kv-prefix", "pollux/", "Consul KV prefix")
 		interval = fs.Duration("report-interval", 2*time.Second, "least time between two metrics writes")
+		gpuSpeed = fs.String("gpu-speed", "", "per-GPU speed of each GPU type relative to the profiles' (T4): TYPE=FACTOR,... "+
+			"(the worker's type is POLLUX_GPU_TYPE, else NOMAD_META_pollux_gpu_type; unlisted types: 1)")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	speeds, err := parseGPUSpeeds(*gpuSpeed)
+	if err != nil {
+		return usageErr("-gpu-speed: %v", err)
 	}
 	applications, err := sim.LoadApplications(*profiles)
 	if err != nil {
@@ -58,6 +67,27 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		cfg.Reporter = r
+		cfg.GPUType = r.GPUType()
+		if v, ok := speeds[cfg.GPUType]; ok {
+			cfg.GPUSpeed = v
+		}
 	}
 	return emulate.Run(ctx, cfg)
+}
+
+// parseGPUSpeeds reads -gpu-speed: TYPE=FACTOR pairs, comma-separated.
+func parseGPUSpeeds(s string) (map[string]float64, error) {
+	out := map[string]float64{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		t, f, ok := strings.Cut(strings.TrimSpace(part), "=")
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if !ok || t == "" || err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("want TYPE=FACTOR with a positive factor, got %q", part)
+		}
+		out[strings.TrimSpace(t)] = v
+	}
+	return out, nil
 }

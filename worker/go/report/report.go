@@ -284,6 +284,10 @@ func New(ctx context.Context, cfg Config) (*Reporter, error) {
 	return r, nil
 }
 
+// GPUType returns the GPU type the reporter writes for steps observed
+// without one (Config.GPUType, or its default from the environment).
+func (r *Reporter) GPUType() string { return r.cfg.GPUType }
+
 // Key returns the Consul key of the job's metrics document.
 func (r *Reporter) Key() string { return r.key }
 
