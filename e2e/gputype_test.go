@@ -242,4 +242,3 @@ func waitTypedEntries(t *testing.T, e *env, id, gpuType string) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
-
