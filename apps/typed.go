@@ -100,3 +100,31 @@ func LoadTypedAll(fsys fs.FS, c Constants) (map[string]*Application, error) {
 	}
 	return out, nil
 }
+
+// OneGPUThroughput is the Sia artifact's "atomic" throughput of the
+// application on gpuType, in examples per second: the largest local_bsz
+// divided by the largest step_time among the placements rows on one GPU
+// (sia-simulator/cluster.py, compute_throughput_ratios and
+// compute_throughputs; the two maxima are taken independently, as there).
+// Sia projects a job's goodput from a type it has a model on to another by
+// the ratio of these. It returns 0 when the type has no one-GPU rows.
+func (a *Application) OneGPUThroughput(gpuType string) float64 {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0
+	}
+	var maxLocal int
+	var maxStep float64
+	for _, rows := range p.placements {
+		for _, r := range rows {
+			if r.numReplicas() == 1 {
+				maxLocal = max(maxLocal, r.localBsz)
+				maxStep = max(maxStep, r.stepTime)
+			}
+		}
+	}
+	if maxStep <= 0 {
+		return 0
+	}
+	return float64(maxLocal) / maxStep
+}
