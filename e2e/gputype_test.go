@@ -54,6 +54,11 @@ func TestGPUTypesOnNomad(t *testing.T) {
 	if len(nodes) != 2 || t4 == "" || a100 == "" {
 		t.Fatalf("nodes %+v: want one with meta gpu_type t4 and one with a100", nodes)
 	}
+	// From the device's name instead: the fake GPUs are all "mock".
+	e.cluster.SetGPUTypeSource(jobs.GPUTypeSource{Kind: "device"})
+	if nodes, err = e.cluster.Nodes(ctx); err != nil || len(nodes) != 2 || nodes[0].GPUModel != "mock" || nodes[1].GPUModel != "mock" {
+		t.Fatalf("device.model source: nodes %+v, err %v; want both named mock", nodes, err)
+	}
 
 	// Only the t4 node is eligible at first.
 	if _, err := e.nomad.Nodes().ToggleEligibility(a100, false, nil); err != nil {

@@ -278,13 +278,15 @@ type TypedFit struct {
 // seam for a better predictor (the simulator's per-type bootstrapping).
 type Bootstrapper func(fitted map[string]TypedFit, target string, speed func(string) float64) model.PerfParams
 
-// SpeedRatioBootstrap is the default Bootstrapper, as Sia scales one
-// profiled type to another (Sia, SOSP '23, §4.2: throughput on an
-// unprofiled type from the ratio of the types' speeds): the fit with the
-// most profile points (ties: the smaller type name) with its compute-time
-// parameters (AlphaC, BetaC) divided by the ratio of the target's speed
-// to its type's. Synchronisation parameters are kept: they model the
-// network, not the GPU.
+// SpeedRatioBootstrap is the default Bootstrapper. Sia profiles every job
+// on one GPU of each type and scales its model from there (Sia, SOSP '23;
+// model.BootstrapPerf); the controller has no such probes on a type the
+// job has not run on, so it makes them from the speed prior: the fit with
+// the most profile points (ties: the smaller type name) predicts one-GPU
+// compute times at two micro-batch sizes, divided by the ratio of the
+// target's speed to its type's, and model.BootstrapPerf fits the target's
+// compute terms through them, keeping the synchronisation terms (they
+// model the network, not the GPU).
 func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(string) float64) model.PerfParams {
 	src := ""
 	for t, f := range fitted {
@@ -294,11 +296,18 @@ func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(s
 	}
 	p := fitted[src].Perf
 	ratio := speed(target) / speed(src)
-	if ratio > 0 && !math.IsInf(ratio, 0) {
-		p.AlphaC /= ratio
-		p.BetaC /= ratio
+	if !(ratio > 0) || math.IsInf(ratio, 0) {
+		return p
 	}
-	return p
+	var probes []model.ProfilePoint
+	for _, m := range []float64{32, 64} {
+		probes = append(probes, model.ProfilePoint{Nodes: 1, Replicas: 1, LocalBsz: m, AccumStepTime: p.AccumStepTime(m) / ratio})
+	}
+	out, err := model.BootstrapPerf(p, probes, model.NetworkScale{Inter: 1, Intra: 1})
+	if err != nil {
+		return p
+	}
+	return out
 }
 
 // typeSwitchMargin is how much better (relative predicted goodput) a job's
@@ -478,17 +487,23 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 	if len(byType) > contract.MaxStateTypes {
 		return fmt.Errorf("profile entries of %d GPU types, at most %d", len(byType), contract.MaxStateTypes)
 	}
+	types := slices.Sorted(mapsKeys(byType))
+	points := map[string][]model.ProfilePoint{}
+	for _, t := range types {
+		points[t] = metrics.ProfilePoints(byType[t])
+	}
+	fits, err := model.FitTyped(points, nil, types, nil)
+	if err != nil {
+		return err
+	}
 	typed := map[string]contract.TypedPerf{}
 	total, maxProfiled := 0, 0
-	for _, t := range slices.Sorted(mapsKeys(byType)) {
-		points := metrics.ProfilePoints(byType[t])
-		perf, err := model.FitPerfParams(points)
-		if err == nil {
-			err = perf.Validate()
+	for _, t := range types {
+		perf := fits[t].Perf
+		if err := perf.Validate(); err != nil {
+			return fmt.Errorf("GPU type %s: fitted model out of range: %w", t, err)
 		}
-		if err != nil {
-			return fmt.Errorf("GPU type %s: fitted model out of range or failed: %w", t, err)
-		}
+		points := points[t]
 		tp := contract.TypedPerf{Perf: contract.PerfParams(perf), ProfilePoints: len(points)}
 		for _, p := range points {
 			tp.MaxProfiled = max(tp.MaxProfiled, p.Replicas)
