@@ -38,6 +38,12 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 		scheduled = append(scheduled, e)
 	}
 	r.entries = scheduled
+	if r.cfg.typed() {
+		net := networkScales(r.entries)
+		for _, e := range r.entries {
+			c.typedModels(r, e, net)
+		}
+	}
 	if c.kvErr == nil {
 		c.dirty = false
 	}
@@ -179,9 +185,6 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 	e.st.Error = e.state.MetricsError
 	if e.state.Perf != nil && e.state.Grad != nil {
 		e.fit = &model.GoodputFunc{Perf: model.PerfParams(*e.state.Perf), Grad: model.GradParams(*e.state.Grad), InitBatchSize: float64(e.spec.InitBatchSize)}
-	}
-	if r.cfg.typed() {
-		c.typedModels(r, e)
 	}
 }
 

@@ -274,9 +274,11 @@ type TypedFit struct {
 
 // Bootstrapper predicts a job's throughput model on GPU type target, on
 // which it has not run, from its fits on the types it has (at least one);
-// speed is the relative per-GPU speed of each type (Config's). It is the
-// seam for a better predictor (the simulator's per-type bootstrapping).
-type Bootstrapper func(fitted map[string]TypedFit, target string, speed func(string) float64) model.PerfParams
+// speed is the relative per-GPU speed of each type (Config's) and net, if
+// not nil, how the synchronisation terms scale from one type to another as
+// the jobs fitted on both show (a zero field: no estimate). It is the seam
+// for a better predictor.
+type Bootstrapper func(fitted map[string]TypedFit, target string, speed func(string) float64, net func(src, dst string) model.NetworkScale) model.PerfParams
 
 // SpeedRatioBootstrap is the default Bootstrapper. Sia profiles every job
 // on one GPU of each type and scales its model from there (Sia, SOSP '23;
@@ -285,9 +287,10 @@ type Bootstrapper func(fitted map[string]TypedFit, target string, speed func(str
 // the most profile points (ties: the smaller type name) predicts one-GPU
 // compute times at two micro-batch sizes, divided by the ratio of the
 // target's speed to its type's, and model.BootstrapPerf fits the target's
-// compute terms through them, keeping the synchronisation terms (they
-// model the network, not the GPU).
-func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(string) float64) model.PerfParams {
+// compute terms through them. The synchronisation terms are scaled as net
+// estimates from other jobs (model.NetworkScaleBetween), else kept: they
+// model the network, not the GPU.
+func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(string) float64, net func(src, dst string) model.NetworkScale) model.PerfParams {
 	src := ""
 	for t, f := range fitted {
 		if src == "" || f.Points > fitted[src].Points || f.Points == fitted[src].Points && t < src {
@@ -303,7 +306,13 @@ func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(s
 	for _, m := range []float64{32, 64} {
 		probes = append(probes, model.ProfilePoint{Nodes: 1, Replicas: 1, LocalBsz: m, AccumStepTime: p.AccumStepTime(m) / ratio})
 	}
-	out, err := model.BootstrapPerf(p, probes, model.NetworkScale{Inter: 1, Intra: 1})
+	ns := model.NetworkScale{Inter: 1, Intra: 1}
+	if net != nil {
+		est := net(src, target)
+		ns.Inter = cmp.Or(est.Inter, ns.Inter)
+		ns.Intra = cmp.Or(est.Intra, ns.Intra)
+	}
+	out, err := model.BootstrapPerf(p, probes, ns)
 	if err != nil {
 		return p
 	}
@@ -383,7 +392,10 @@ func (c *Controller) keepOneType(r *round, pref map[string]string) {
 		for _, n := range alloc {
 			used[n]--
 		}
-		moved := relocate(r.in.Nodes, used, capacity, target, len(alloc), j.MinReplicas)
+		var moved []string
+		if pref != nil {
+			moved = relocate(r.in.Nodes, used, capacity, target, len(alloc), j.MinReplicas)
+		}
 		if moved == nil {
 			// Keep the policy's GPUs of the type that holds most of them.
 			keep := typeOfPlacement(p, typeOfNode)
@@ -529,9 +541,39 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 	return nil
 }
 
+// networkScales returns, for a pair of GPU types, how the
+// synchronisation terms scale from one to the other, estimated from the
+// jobs fitted on both (model.NetworkScaleBetween; the zero NetworkScale
+// when none is).
+func networkScales(entries []*entry) func(src, dst string) model.NetworkScale {
+	pairs := map[[2]string][][2]model.PerfParams{}
+	for _, e := range entries {
+		if e.state == nil {
+			continue
+		}
+		for a, pa := range e.state.Typed {
+			for b, pb := range e.state.Typed {
+				if a != b {
+					pairs[[2]string{a, b}] = append(pairs[[2]string{a, b}], [2]model.PerfParams{model.PerfParams(pa.Perf), model.PerfParams(pb.Perf)})
+				}
+			}
+		}
+	}
+	cache := map[[2]string]model.NetworkScale{}
+	return func(src, dst string) model.NetworkScale {
+		k := [2]string{src, dst}
+		ns, ok := cache[k]
+		if !ok {
+			ns = model.NetworkScaleBetween(pairs[k])
+			cache[k] = ns
+		}
+		return ns
+	}
+}
+
 // typedModels sets the job's model on every GPU type of the cluster:
 // its fit where it has one, else a prediction from its fits.
-func (c *Controller) typedModels(r *round, e *entry) {
+func (c *Controller) typedModels(r *round, e *entry, net func(src, dst string) model.NetworkScale) {
 	if e.state.Grad == nil || len(e.state.Typed) == 0 {
 		return
 	}
@@ -545,7 +587,7 @@ func (c *Controller) typedModels(r *round, e *entry) {
 	for _, t := range clusterTypes(r.nodeType) {
 		perf, source := fitted[t].Perf, "fitted"
 		if _, ok := fitted[t]; !ok {
-			perf, source = c.bootstrap(fitted, t, r.cfg.speed), "predicted"
+			perf, source = c.bootstrap(fitted, t, r.cfg.speed, net), "predicted"
 			if perf.Validate() != nil {
 				continue
 			}
