@@ -11,7 +11,7 @@ import (
 )
 
 // WriteStatusTable writes the status as a readable table: one line per job with
-// its state, GPUs, placement, batch size, LR, speedup and the reason for
+// its state, GPUs, placement (with its GPU type, if typed), batch size, LR, speedup and the reason for
 // its allocation. now is used for ages (the status's own time if zero).
 func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 	if now.IsZero() {
@@ -28,6 +28,9 @@ func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 			batch, lr, accum = fmt.Sprint(d.BatchSize), fmt.Sprintf("%.4g", d.LR), fmt.Sprint(d.AccumSteps)
 			if d.Placement != "" {
 				placement = d.Placement
+				if j.GPUType != "" {
+					placement += " (" + j.GPUType + ")"
+				}
 			}
 		}
 		speedup, reason := "-", j.Error
