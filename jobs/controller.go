@@ -40,6 +40,10 @@ type Options struct {
 	// Bootstrap predicts a job's throughput on a GPU type it has not run
 	// on (default SpeedRatioBootstrap).
 	Bootstrap Bootstrapper
+	// Traits returns what the named policy needs (default
+	// policy.TraitsOf); tests of a scripted policy pass the traits it
+	// stands in for.
+	Traits func(name string) (policy.Traits, error)
 }
 
 // Controller runs scheduling rounds. Round is not safe for concurrent use;
@@ -77,6 +81,7 @@ type Controller struct {
 	// model on a GPU type it has not run on.
 	typer     gpuTyper
 	bootstrap Bootstrapper
+	traitsOf  func(name string) (policy.Traits, error)
 }
 
 // New returns a controller with configuration cfg.
@@ -102,11 +107,14 @@ func New(cfg Config, o Options) (*Controller, error) {
 	if o.Bootstrap == nil {
 		o.Bootstrap = SpeedRatioBootstrap
 	}
+	if o.Traits == nil {
+		o.Traits = policy.TraitsOf
+	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
 		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence,
 		policies: map[string]cachedPolicy{}, newPolicy: o.NewPolicy,
-		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap,
+		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap, traitsOf: o.Traits,
 	}, nil
 }
 
@@ -353,7 +361,7 @@ func (c *Controller) begin(apply bool) *round {
 	cfg := c.takeConfig()
 	r := &round{cfg: cfg, apply: apply, start: c.now(), held: map[string]int{}}
 	// cfg was validated, so the policy is known.
-	r.traits, _ = policy.TraitsOf(cfg.Policy)
+	r.traits, _ = c.traitsOf(cfg.Policy)
 	c.round++
 	c.kvErr = nil
 	r.status = &Status{Round: c.round, Time: r.start.UTC(), Instance: c.instance, DryRun: cfg.DryRun || !apply, Timings: map[string]float64{}}

@@ -26,6 +26,9 @@ type fixture struct {
 	lock    *jobstest.Lock
 	policy  *scripted
 	cfg     jobs.Config
+	// traits, if set, are the scripted policy's (default: the registry's
+	// for the configured name).
+	traits *policy.Traits
 }
 
 // scripted is a policy that returns the allocation a test set, and
@@ -93,6 +96,12 @@ func (f *fixture) controller(instance string) *jobs.Controller {
 	c, err := jobs.New(f.cfg, jobs.Options{
 		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
 		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+		Traits: func(name string) (policy.Traits, error) {
+			if f.traits != nil {
+				return *f.traits, nil
+			}
+			return policy.TraitsOf(name)
+		},
 	})
 	if err != nil {
 		f.t.Fatal(err)

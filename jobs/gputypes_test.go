@@ -9,6 +9,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 const (
@@ -17,12 +18,15 @@ const (
 )
 
 // typedFixture is a fixture whose two nodes have different GPU models,
-// with GPU types read from the device's model name.
+// with GPU types read from the device's model name; its scripted policy
+// stands in for a goodput policy that is not type-aware (the controller
+// chooses the types).
 func typedFixture(t *testing.T, gpus int) *fixture {
 	f := newFixture(t, map[string]int{"n1": gpus, "n2": gpus})
 	f.cluster.SetGPUModel("n1", t4Model)
 	f.cluster.SetGPUModel("n2", a100Model)
 	f.cfg.GPUTypeSource = jobs.GPUTypeFromDevice
+	f.traits = &policy.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: policy.ExploreReplicas}
 	return f
 }
 
@@ -171,6 +175,27 @@ func TestGPUTypesTrimWhenTypeIsFull(t *testing.T) {
 	line := jobLine(t, st, a)
 	if line.Decision.Placement != "n1:2" || line.GPUType != "t4" {
 		t.Fatalf("decision %+v, want the 2 GPUs of the t4 node the job runs on", line.Decision)
+	}
+}
+
+// TestGPUTypesTypeAwarePolicy: a type-aware policy's choice of type is
+// kept (even away from the type the controller would prefer), and an
+// allocation that mixes types is cut to the type with most of its GPUs.
+func TestGPUTypesTypeAwarePolicy(t *testing.T) {
+	f := typedFixture(t, 4)
+	f.traits.TypeAware = true
+	a := f.submit("a", 1) // runs on n1 (t4)
+	b := f.submit("b", 1)
+	f.policy.set(map[string][]string{"a": {"n2", "n2"}, "b": {"n1", "n2", "n2"}})
+	st := f.round(f.controller("c"))
+	if line := jobLine(t, st, a); line.Decision.Placement != "n2:2" || line.GPUType != "a100" {
+		t.Errorf("a: decision %+v, want the policy's 2 GPUs on the a100 node", line.Decision)
+	}
+	if line := jobLine(t, st, b); line.Decision.Placement != "n2:2" || line.GPUType != "a100" {
+		t.Errorf("b: decision %+v, want its a100 GPUs only", line.Decision)
+	}
+	if in := f.policy.input(); in.Nodes[0].Type != "t4" || in.Nodes[1].Type != "a100" {
+		t.Errorf("policy input nodes %+v", in.Nodes)
 	}
 }
 
