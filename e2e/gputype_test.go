@@ -113,8 +113,8 @@ func TestGPUTypesOnNomad(t *testing.T) {
 		}
 	}
 	e.waitRunning(id, placed)
+	waitVersionRunning(t, e, id, checkTypeConstraint(t, e, id, "t4"))
 	timeToPlace := time.Since(start)
-	checkTypeConstraint(t, e, id, "t4")
 	t.Logf("placed on t4 (%s) in %s", js.Decision.Placement, timeToPlace.Round(100*time.Millisecond))
 
 	// 2. Its metrics carry gpu_type t4 and are fitted on t4.
@@ -144,8 +144,8 @@ func TestGPUTypesOnNomad(t *testing.T) {
 		}
 	}
 	e.waitRunning(id, moved)
+	waitVersionRunning(t, e, id, checkTypeConstraint(t, e, id, "a100"))
 	timeToMove := time.Since(start)
-	checkTypeConstraint(t, e, id, "a100")
 	t.Logf("moved to a100 (%s) in %s", js.Decision.Placement, timeToMove.Round(100*time.Millisecond))
 
 	// 4. The worker on a100 reports a100 entries; both types are fitted,
@@ -209,8 +209,9 @@ func waitNodeCount(t *testing.T, e *env, n int) {
 }
 
 // checkTypeConstraint checks that every worker group of the job asks for
-// nodes whose meta gpu_type is want, and the job meta names the type.
-func checkTypeConstraint(t *testing.T, e *env, id, want string) {
+// nodes whose meta gpu_type is want, and the job meta names the type; it
+// returns the job's version.
+func checkTypeConstraint(t *testing.T, e *env, id, want string) uint64 {
 	t.Helper()
 	job, _, err := e.nomad.Jobs().Info(id, nil)
 	if err != nil {
@@ -229,6 +230,7 @@ func checkTypeConstraint(t *testing.T, e *env, id, want string) {
 			t.Errorf("group %s has no ${meta.gpu_type} = %s constraint: %+v", *g.Name, want, g.Constraints)
 		}
 	}
+	return *job.Version
 }
 
 // waitTypedEntries waits until the job's metrics document has a profile
@@ -251,5 +253,64 @@ func waitTypedEntries(t *testing.T, e *env, id, gpuType string) {
 			t.Fatalf("no metrics entry of GPU type %s: %s", gpuType, raw)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestGPUTypeDeviceModelConstraint: with gpu_type_source = "device.model"
+// the type comes from the device's name (the fake GPUs are all "mock", a
+// type of its own), and Nomad accepts and satisfies the ${device.model}
+// constraint the controller adds inside the device request: the job runs
+// as decided.
+func TestGPUTypeDeviceModelConstraint(t *testing.T) {
+	e := newEnv(t)
+	id := e.registerJob("devtype", nil)
+	ctl := e.controller("devtype", func(cfg *jobs.Config) { cfg.GPUTypeSource = jobs.GPUTypeFromDevice })
+	st, err := ctl.Round(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jobStatus(t, st, id)
+	if !js.Applied || js.GPUType != "mock" {
+		t.Fatalf("round: %+v, want the job applied with GPU type mock", js)
+	}
+	e.waitRunning(id, mustPlacement(t, js.Decision.Placement))
+	job, _, err := e.nomad.Jobs().Info(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The allocation that runs is of the version with the constraint (not
+	// the submitted one, which Nomad would keep if it could not place the
+	// new one).
+	waitVersionRunning(t, e, id, *job.Version)
+	for _, g := range job.TaskGroups {
+		if g.Count == nil || *g.Count == 0 {
+			continue
+		}
+		d := g.Tasks[0].Resources.Devices[0]
+		if !slices.ContainsFunc(d.Constraints, func(c *nomadapi.Constraint) bool {
+			return c.LTarget == "${device.model}" && c.Operand == "=" && c.RTarget == "mock"
+		}) {
+			t.Errorf("group %s: device constraints %+v, want ${device.model} = mock", *g.Name, d.Constraints)
+		}
+	}
+}
+
+// waitVersionRunning waits until an allocation of the job's version runs.
+func waitVersionRunning(t *testing.T, e *env, id string, version uint64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		allocs, _, err := e.nomad.Jobs().Allocations(id, false, nil)
+		if err == nil {
+			for _, a := range allocs {
+				if a.JobVersion == version && a.ClientStatus == "running" && a.DesiredStatus == "run" {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running allocation of job %s version %d (err %v)", id, version, err)
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }
