@@ -39,9 +39,9 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 	}
 	r.entries = scheduled
 	if r.cfg.typed() {
-		net := networkScales(r.entries)
+		hint := typeHints(r.cfg, r.entries)
 		for _, e := range r.entries {
-			c.typedModels(r, e, net)
+			c.typedModels(r, e, hint)
 		}
 	}
 	if c.kvErr == nil {

@@ -272,25 +272,42 @@ type TypedFit struct {
 	Points int
 }
 
+// TypeHint is what the cluster knows of how throughput changes from one
+// GPU type to another.
+type TypeHint struct {
+	// Speedup is the destination's per-GPU compute speed over the
+	// source's: the median, over the jobs fitted on both types, of the
+	// ratio of their fitted compute times at hintLocalBsz examples per
+	// GPU; without such jobs, the ratio of the gpu_type_speed prior.
+	Speedup float64
+	// Measured is true when Speedup comes from jobs fitted on both types.
+	Measured bool
+	// Net scales the synchronisation terms (model.NetworkScaleBetween
+	// over the same jobs; zero fields: no estimate).
+	Net model.NetworkScale
+}
+
+// hintLocalBsz is the micro-batch at which jobs' compute times are
+// compared across types.
+const hintLocalBsz = 64
+
 // Bootstrapper predicts a job's throughput model on GPU type target, on
-// which it has not run, from its fits on the types it has (at least one);
-// speed is the relative per-GPU speed of each type (Config's) and net, if
-// not nil, how the synchronisation terms scale from one type to another as
-// the jobs fitted on both show (a zero field: no estimate). It is the seam
-// for a better predictor.
-type Bootstrapper func(fitted map[string]TypedFit, target string, speed func(string) float64, net func(src, dst string) model.NetworkScale) model.PerfParams
+// which it has not run, from its fits on the types it has (at least one)
+// and what the cluster knows of the types (hint). It is the seam for a
+// better predictor.
+type Bootstrapper func(fitted map[string]TypedFit, target string, hint func(src, dst string) TypeHint) model.PerfParams
 
 // SpeedRatioBootstrap is the default Bootstrapper. Sia profiles every job
 // on one GPU of each type and scales its model from there (Sia, SOSP '23;
 // model.BootstrapPerf); the controller has no such probes on a type the
-// job has not run on, so it makes them from the speed prior: the fit with
-// the most profile points (ties: the smaller type name) predicts one-GPU
-// compute times at two micro-batch sizes, divided by the ratio of the
-// target's speed to its type's, and model.BootstrapPerf fits the target's
-// compute terms through them. The synchronisation terms are scaled as net
-// estimates from other jobs (model.NetworkScaleBetween), else kept: they
-// model the network, not the GPU.
-func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(string) float64, net func(src, dst string) model.NetworkScale) model.PerfParams {
+// job has not run on, so it makes them from the hint: the fit with the
+// most profile points (ties: the smaller type name) predicts one-GPU
+// compute times at two micro-batch sizes, divided by the hint's speedup
+// (measured on other jobs, else the prior), and model.BootstrapPerf fits
+// the target's compute terms through them. The synchronisation terms are
+// scaled by the hint's network estimate, else kept: they model the
+// network, not the GPU.
+func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, hint func(src, dst string) TypeHint) model.PerfParams {
 	src := ""
 	for t, f := range fitted {
 		if src == "" || f.Points > fitted[src].Points || f.Points == fitted[src].Points && t < src {
@@ -298,20 +315,15 @@ func SpeedRatioBootstrap(fitted map[string]TypedFit, target string, speed func(s
 		}
 	}
 	p := fitted[src].Perf
-	ratio := speed(target) / speed(src)
-	if !(ratio > 0) || math.IsInf(ratio, 0) {
+	h := hint(src, target)
+	if !(h.Speedup > 0) || math.IsInf(h.Speedup, 0) {
 		return p
 	}
 	var probes []model.ProfilePoint
 	for _, m := range []float64{32, 64} {
-		probes = append(probes, model.ProfilePoint{Nodes: 1, Replicas: 1, LocalBsz: m, AccumStepTime: p.AccumStepTime(m) / ratio})
+		probes = append(probes, model.ProfilePoint{Nodes: 1, Replicas: 1, LocalBsz: m, AccumStepTime: p.AccumStepTime(m) / h.Speedup})
 	}
-	ns := model.NetworkScale{Inter: 1, Intra: 1}
-	if net != nil {
-		est := net(src, target)
-		ns.Inter = cmp.Or(est.Inter, ns.Inter)
-		ns.Intra = cmp.Or(est.Intra, ns.Intra)
-	}
+	ns := model.NetworkScale{Inter: cmp.Or(h.Net.Inter, 1), Intra: cmp.Or(h.Net.Intra, 1)}
 	out, err := model.BootstrapPerf(p, probes, ns)
 	if err != nil {
 		return p
@@ -541,11 +553,9 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 	return nil
 }
 
-// networkScales returns, for a pair of GPU types, how the
-// synchronisation terms scale from one to the other, estimated from the
-// jobs fitted on both (model.NetworkScaleBetween; the zero NetworkScale
-// when none is).
-func networkScales(entries []*entry) func(src, dst string) model.NetworkScale {
+// typeHints returns the round's TypeHint for a pair of GPU types, from
+// the jobs fitted on both and the configured speed prior.
+func typeHints(cfg Config, entries []*entry) func(src, dst string) TypeHint {
 	pairs := map[[2]string][][2]model.PerfParams{}
 	for _, e := range entries {
 		if e.state == nil {
@@ -559,21 +569,31 @@ func networkScales(entries []*entry) func(src, dst string) model.NetworkScale {
 			}
 		}
 	}
-	cache := map[[2]string]model.NetworkScale{}
-	return func(src, dst string) model.NetworkScale {
+	cache := map[[2]string]TypeHint{}
+	return func(src, dst string) TypeHint {
 		k := [2]string{src, dst}
-		ns, ok := cache[k]
-		if !ok {
-			ns = model.NetworkScaleBetween(pairs[k])
-			cache[k] = ns
+		if h, ok := cache[k]; ok {
+			return h
 		}
-		return ns
+		h := TypeHint{Speedup: cfg.speed(dst) / cfg.speed(src)}
+		if ps := pairs[k]; len(ps) > 0 {
+			ratios := make([]float64, len(ps))
+			for i, p := range ps {
+				ratios[i] = p[0].AccumStepTime(hintLocalBsz) / p[1].AccumStepTime(hintLocalBsz)
+			}
+			slices.Sort(ratios)
+			n := len(ratios)
+			h.Speedup, h.Measured = (ratios[(n-1)/2]+ratios[n/2])/2, true
+			h.Net = model.NetworkScaleBetween(ps)
+		}
+		cache[k] = h
+		return h
 	}
 }
 
 // typedModels sets the job's model on every GPU type of the cluster:
 // its fit where it has one, else a prediction from its fits.
-func (c *Controller) typedModels(r *round, e *entry, net func(src, dst string) model.NetworkScale) {
+func (c *Controller) typedModels(r *round, e *entry, hint func(src, dst string) TypeHint) {
 	if e.state.Grad == nil || len(e.state.Typed) == 0 {
 		return
 	}
@@ -587,7 +607,7 @@ func (c *Controller) typedModels(r *round, e *entry, net func(src, dst string) m
 	for _, t := range clusterTypes(r.nodeType) {
 		perf, source := fitted[t].Perf, "fitted"
 		if _, ok := fitted[t]; !ok {
-			perf, source = c.bootstrap(fitted, t, r.cfg.speed, net), "predicted"
+			perf, source = c.bootstrap(fitted, t, hint), "predicted"
 			if perf.Validate() != nil {
 				continue
 			}
