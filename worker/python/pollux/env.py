@@ -85,3 +85,12 @@ def kv_prefix() -> str:
     if not p.endswith("/") or p.startswith("/"):
         raise ValueError("POLLUX_KV_PREFIX: must end with \"/\" and not start with it, got %r" % p)
     return p
+
+
+def gpu_type() -> Optional[str]:
+    """The GPU type the worker runs on: POLLUX_GPU_TYPE (the job author's,
+    for example "${meta.gpu_type}"), else NOMAD_META_pollux_gpu_type (the
+    controller's), else None (GPU types off, or not placed by the
+    controller yet). The reporter writes it into its profile entries."""
+    return (os.environ.get("POLLUX_GPU_TYPE", "").strip()
+            or os.environ.get("NOMAD_META_pollux_gpu_type", "").strip() or None)
