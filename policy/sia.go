@@ -746,7 +746,7 @@ func siaBranchAndBound(ctx context.Context, jobs []siaJob, free []int, capacity 
 	bjobs, root := build(mu)
 	order(bjobs)
 	remaining := slices.Clone(capacity)
-	cur := make([]int, len(bjobs))    // chosen index into bjobs[k].opts
+	cur := make([]int, len(bjobs))      // chosen index into bjobs[k].opts
 	bestPick := make([]int, len(bjobs)) // same, of the incumbent
 	incumbent := int64(-1)
 	var total int64
