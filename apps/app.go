@@ -39,9 +39,32 @@ type Application struct {
 	validation []*validationRun
 	// progress[e] = Progress(e), e = 0..MaxEpochs.
 	progress []float64
+	// profile is the throughput table of the default GPU type (the
+	// untyped placements.csv, or Options.DefaultType's); its fields are
+	// promoted.
+	*profile
+	// types holds the throughput table of every GPU type the application
+	// was profiled on (Options.Types); nil for an untyped application.
+	types map[string]*profile
+}
+
+// profile is one GPU type's throughput table.
+type profile struct {
+	// name is the application's name, with the GPU type for a typed
+	// table ("bert on a100"), for error messages.
+	name string
+	// gpuType is the table's GPU type ("" for an untyped application).
+	gpuType string
+	// minLocal and maxLocal are the local_bsz bounds of this type: the
+	// extremes of its placements file unless overridden.
+	minLocal, maxLocal int
 	// placements holds, per placement digit string, its rows sorted stably
 	// by local_bsz (interp1d sorts with a stable merge sort).
 	placements map[string][]placementRow
+	// maxLocalByReplicas is the largest local_bsz of the placements rows
+	// with that many GPUs; scal the scalability rows (for MaxLocalBszFor).
+	maxLocalByReplicas map[int]int
+	scal               []scalabilityRow
 	// points and values are the 3-D interpolation data: per-(N, K, m) means
 	// of placements.csv sorted by (N, K, m), then scalability.csv in file
 	// order (the artifact's DataFrame.append order).
@@ -71,12 +94,34 @@ type Options struct {
 	// MinLocalBsz and MaxLocalBsz override the per-GPU micro-batch bounds
 	// (default: the extremes of local_bsz in placements.csv).
 	MinLocalBsz, MaxLocalBsz int
+	// Types, when not empty, makes the application typed: one throughput
+	// table per entry, read from placements-<Suffix>.csv and
+	// scalability-<Suffix>.csv (the Sia artifact's layout) instead of
+	// placements.csv and scalability.csv. MinLocalBsz and MaxLocalBsz then
+	// apply to every type unless the entry overrides them.
+	Types []TypeFiles
+	// DefaultType names the entry of Types whose table Throughput and the
+	// promoted MinLocalBsz/MaxLocalBsz use (default: the first entry).
+	DefaultType string
 	// Reference, if not nil, is a tessellation of the profile's
 	// interpolation points recorded from SciPy (the format of
 	// internal/delaunay.ReadQhull, plain or gzip-compressed, as written by
 	// qhull/export.py), replayed instead of building a Delaunay
 	// triangulation in Go. Load fails with ErrReferenceMismatch if it
 	// records other points.
+	Reference []byte
+}
+
+// TypeFiles names one GPU type's profile files of a typed application.
+type TypeFiles struct {
+	// Type is the GPU type's name ("t4", "a100", ...).
+	Type string
+	// Suffix is the file-name suffix: placements-<Suffix>.csv.
+	Suffix string
+	// MaxLocalBsz, if positive, overrides this type's largest local_bsz.
+	MaxLocalBsz int
+	// Reference is a recorded SciPy tessellation of this type's points
+	// (as Options.Reference), or nil.
 	Reference []byte
 }
 
@@ -184,22 +229,67 @@ func Load(fsys fs.FS, dir string, opts Options) (*Application, error) {
 	}
 
 	// Throughput tables.
-	rows, err := readPlacements(fsys, path.Join(dir, "placements.csv"))
+	a.InitBatchSize = cmp.Or(opts.InitBatchSize, a.validation[0].batchSize)
+	a.MaxBatchSize = cmp.Or(opts.MaxBatchSize, a.validation[len(a.validation)-1].batchSize)
+	tables := opts.Types
+	if len(tables) == 0 {
+		tables = []TypeFiles{{MaxLocalBsz: opts.MaxLocalBsz, Reference: opts.Reference}}
+	}
+	defaultType := cmp.Or(opts.DefaultType, tables[0].Type)
+	for _, tf := range tables {
+		maxLocal := cmp.Or(tf.MaxLocalBsz, opts.MaxLocalBsz)
+		p, err := loadProfile(fsys, dir, a.Name, tf, opts.MinLocalBsz, maxLocal, a.MaxBatchSize)
+		if err != nil {
+			return nil, err
+		}
+		if len(opts.Types) > 0 {
+			if a.types == nil {
+				a.types = map[string]*profile{}
+			}
+			if _, dup := a.types[tf.Type]; dup || tf.Type == "" {
+				return nil, fmt.Errorf("failed to load %s: GPU type %q empty or given twice", dir, tf.Type)
+			}
+			a.types[tf.Type] = p
+		}
+		if tf.Type == defaultType {
+			a.profile = p
+		}
+	}
+	if a.profile == nil {
+		return nil, fmt.Errorf("failed to load %s: default GPU type %q is not among the types loaded", dir, defaultType)
+	}
+	a.MinLocalBsz, a.MaxLocalBsz = a.minLocal, a.maxLocal
+	return a, nil
+}
+
+// loadProfile reads one throughput table: placements.csv and
+// scalability.csv of dir, or placements-<suffix>.csv and
+// scalability-<suffix>.csv for a typed table. minLocal and maxLocal
+// override the bounds derived from the placements when positive.
+func loadProfile(fsys fs.FS, dir, appName string, tf TypeFiles, minLocal, maxLocal, maxBatch int) (*profile, error) {
+	placementsFile, scalabilityFile := "placements.csv", "scalability.csv"
+	name := appName
+	if tf.Suffix != "" {
+		placementsFile, scalabilityFile = "placements-"+tf.Suffix+".csv", "scalability-"+tf.Suffix+".csv"
+		name = appName + " on " + tf.Type
+	}
+	rows, err := readPlacements(fsys, path.Join(dir, placementsFile))
 	if err != nil {
 		return nil, err
 	}
-	scal, err := readScalability(fsys, path.Join(dir, "scalability.csv"))
+	scal, err := readScalability(fsys, path.Join(dir, scalabilityFile))
 	if err != nil {
 		return nil, err
 	}
-	a.placements = map[string][]placementRow{}
-	a.MinLocalBsz, a.MaxLocalBsz = rows[0].localBsz, rows[0].localBsz
+	a := &profile{name: name, gpuType: tf.Type, scal: scal, placements: map[string][]placementRow{}, maxLocalByReplicas: map[int]int{}}
+	a.minLocal, a.maxLocal = rows[0].localBsz, rows[0].localBsz
 	type nkm struct{ n, k, m int }
 	sums := map[nkm]*[3]float64{} // step sum, sync sum, count
 	for _, r := range rows {
 		a.placements[r.placement] = append(a.placements[r.placement], r)
-		a.MinLocalBsz = min(a.MinLocalBsz, r.localBsz)
-		a.MaxLocalBsz = max(a.MaxLocalBsz, r.localBsz)
+		a.minLocal = min(a.minLocal, r.localBsz)
+		a.maxLocal = max(a.maxLocal, r.localBsz)
+		a.maxLocalByReplicas[r.numReplicas()] = max(a.maxLocalByReplicas[r.numReplicas()], r.localBsz)
 		// Means summed in file order, as pandas' groupby-mean does.
 		key := nkm{len(r.placement), r.numReplicas(), r.localBsz}
 		s := sums[key]
@@ -230,38 +320,33 @@ func Load(fsys fs.FS, dir string, opts Options) (*Application, error) {
 		a.points = append(a.points, [3]float64{float64(r.numNodes), float64(r.numReplicas), float64(r.localBsz)})
 		a.values = append(a.values, [2]float64{r.stepTime, r.syncTime})
 	}
-
-	// Constants: derived unless overridden.
-	a.InitBatchSize = cmp.Or(opts.InitBatchSize, a.validation[0].batchSize)
-	a.MaxBatchSize = cmp.Or(opts.MaxBatchSize, a.validation[len(a.validation)-1].batchSize)
-	a.MinLocalBsz = cmp.Or(opts.MinLocalBsz, a.MinLocalBsz)
-	a.MaxLocalBsz = cmp.Or(opts.MaxLocalBsz, a.MaxLocalBsz)
-	if a.MaxBatchSize < a.MinLocalBsz {
-		return nil, fmt.Errorf("failed to load %s: MaxBatchSize %d is below MinLocalBsz %d", dir, a.MaxBatchSize, a.MinLocalBsz)
+	a.minLocal = cmp.Or(minLocal, a.minLocal)
+	a.maxLocal = cmp.Or(maxLocal, a.maxLocal)
+	if maxBatch < a.minLocal {
+		return nil, fmt.Errorf("failed to load %s: MaxBatchSize %d is below MinLocalBsz %d", name, maxBatch, a.minLocal)
 	}
-	if a.MinLocalBsz > a.MaxLocalBsz {
-		return nil, fmt.Errorf("failed to load %s: MinLocalBsz %d is above MaxLocalBsz %d", dir, a.MinLocalBsz, a.MaxLocalBsz)
+	if a.minLocal > a.maxLocal {
+		return nil, fmt.Errorf("failed to load %s: MinLocalBsz %d is above MaxLocalBsz %d", name, a.minLocal, a.maxLocal)
 	}
-
-	if opts.Reference != nil {
+	if tf.Reference != nil {
 		// Check the recorded points now; parse the simplices lazily.
-		r, err := referenceReader(opts.Reference, a.Name)
+		r, err := referenceReader(tf.Reference, name)
 		if err != nil {
 			return nil, err
 		}
-		pts, err := delaunay.ReadQhullPoints(r, "tessellation of "+a.Name)
+		pts, err := delaunay.ReadQhullPoints(r, "tessellation of "+name)
 		if err != nil {
-			return nil, fmt.Errorf("failed to read the recorded tessellation of %s: %w", a.Name, err)
+			return nil, fmt.Errorf("failed to read the recorded tessellation of %s: %w", name, err)
 		}
 		if len(pts) != len(a.points) {
-			return nil, fmt.Errorf("failed to load %s: %w: %d recorded points, %d in the profile", dir, ErrReferenceMismatch, len(pts), len(a.points))
+			return nil, fmt.Errorf("failed to load %s: %w: %d recorded points, %d in the profile", name, ErrReferenceMismatch, len(pts), len(a.points))
 		}
 		for i, p := range a.points {
 			if pts[i] != p {
-				return nil, fmt.Errorf("failed to load %s: %w: point %d is %v, recorded %v", dir, ErrReferenceMismatch, i, p, pts[i])
+				return nil, fmt.Errorf("failed to load %s: %w: point %d is %v, recorded %v", name, ErrReferenceMismatch, i, p, pts[i])
 			}
 		}
-		a.reference = opts.Reference
+		a.reference = tf.Reference
 	}
 	return a, nil
 }

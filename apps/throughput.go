@@ -43,11 +43,119 @@ type throughputResult struct {
 // Errors wrap ErrOutOfRange. Results are memoised; Throughput is safe for
 // concurrent use.
 func (a *Application) Throughput(placement []int, localBsz int) (stepTime, syncTime float64, err error) {
+	return a.profile.throughput(placement, localBsz)
+}
+
+// ThroughputOn is Throughput on GPU type gpuType: the table of that type
+// for a typed application ("" means the default type). It fails for a type
+// the application was not profiled on.
+func (a *Application) ThroughputOn(gpuType string, placement []int, localBsz int) (stepTime, syncTime float64, err error) {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.throughput(placement, localBsz)
+}
+
+// table returns the throughput table of gpuType ("" = the default).
+func (a *Application) table(gpuType string) (*profile, error) {
+	if gpuType == "" || gpuType == a.gpuType {
+		return a.profile, nil
+	}
+	p, ok := a.types[gpuType]
+	if !ok {
+		return nil, fmt.Errorf("application %s has no profile for GPU type %q (it has %v)", a.Name, gpuType, a.Types())
+	}
+	return p, nil
+}
+
+// Types returns the GPU types the application was profiled on, sorted; nil
+// for an untyped application.
+func (a *Application) Types() []string {
+	out := make([]string, 0, len(a.types))
+	for t := range a.types {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// HasType reports whether the application can run on GPU type gpuType (""
+// always: the default type).
+func (a *Application) HasType(gpuType string) bool {
+	_, err := a.table(gpuType)
+	return err == nil
+}
+
+// LocalBszBounds returns the per-GPU micro-batch bounds on gpuType (""
+// = the default type, i.e. MinLocalBsz and MaxLocalBsz).
+func (a *Application) LocalBszBounds(gpuType string) (minLocal, maxLocal int, err error) {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.minLocal, p.maxLocal, nil
+}
+
+// MaxLocalBszFor returns the largest local_bsz profiled for a placement on
+// gpuType, as the Sia artifact's Application.get_max_local_bsz: the rows of
+// the placement itself if measured, else the largest local_bsz of the
+// scalability rows with at least as many nodes and GPUs; 0 if there is
+// none.
+func (a *Application) MaxLocalBszFor(gpuType string, placement []int) int {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0
+	}
+	var buf [32]int
+	q, ok := nonZero(buf[:0], placement)
+	if !ok {
+		return 0
+	}
+	start := smallestRotation(q)
+	norm := append(slices.Clone(q[start:]), q[:start]...)
+	if rows, ok := p.placements[placementID(norm)]; ok {
+		m := 0
+		for _, r := range rows {
+			m = max(m, r.localBsz)
+		}
+		return m
+	}
+	k := 0
+	for _, g := range norm {
+		k += g
+	}
+	m := 0
+	for _, r := range p.scal {
+		if r.numNodes >= len(norm) && r.numReplicas >= k {
+			m = max(m, r.localBsz)
+		}
+	}
+	return m
+}
+
+// MaxLocalBszForReplicas returns the largest local_bsz among the measured
+// placements of gpuType with exactly replicas GPUs, and whether there is
+// one (the Sia artifact's memory correction in Job.update_local_bsz).
+func (a *Application) MaxLocalBszForReplicas(gpuType string, replicas int) (int, bool) {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0, false
+	}
+	m, ok := p.maxLocalByReplicas[replicas]
+	return m, ok
+}
+
+// throughput is Throughput on this table.
+func (a *profile) throughput(placement []int, localBsz int) (stepTime, syncTime float64, err error) {
 	// A memo hit allocates nothing: the key is built in stack buffers.
 	var pbuf [32]int
 	p, ok := nonZero(pbuf[:0], placement)
 	if !ok {
-		return 0, 0, fmt.Errorf("failed to look up throughput of %s: placement %v has no GPUs or a negative count", a.Name, placement)
+		return 0, 0, fmt.Errorf("failed to look up throughput of %s: placement %v has no GPUs or a negative count", a.name, placement)
 	}
 	start := smallestRotation(p)
 	var kbuf [128]byte
@@ -69,7 +177,7 @@ func (a *Application) Throughput(placement []int, localBsz int) (stepTime, syncT
 		r.step, r.sync, r.err = a.interpolate3(min(len(norm), maxNodes), gpus, localBsz)
 	}
 	if r.err != nil {
-		r.err = fmt.Errorf("failed to look up throughput of %s at placement %v, local_bsz %d: %w", a.Name, placement, localBsz, r.err)
+		r.err = fmt.Errorf("failed to look up throughput of %s at placement %v, local_bsz %d: %w", a.name, placement, localBsz, r.err)
 	}
 	a.memoMu.Lock()
 	if a.memo == nil {
@@ -163,15 +271,15 @@ func interp1(rows []placementRow, x int) (float64, float64, error) {
 
 // tessellation returns the mesh for 3-D interpolation, reading the
 // recorded tessellation or triangulating on first use.
-func (a *Application) tessellation() (*delaunay.Mesh, error) {
+func (a *profile) tessellation() (*delaunay.Mesh, error) {
 	a.meshOnce.Do(func() {
 		if a.reference != nil {
-			a.mesh, a.meshErr = readReference(a.reference, a.Name)
+			a.mesh, a.meshErr = readReference(a.reference, a.name)
 			return
 		}
 		a.mesh, a.meshErr = delaunay.Triangulate(a.points)
 		if a.meshErr != nil {
-			a.meshErr = fmt.Errorf("failed to triangulate the throughput profile of %s: %w", a.Name, a.meshErr)
+			a.meshErr = fmt.Errorf("failed to triangulate the throughput profile of %s: %w", a.name, a.meshErr)
 		}
 	})
 	return a.mesh, a.meshErr
@@ -180,7 +288,7 @@ func (a *Application) tessellation() (*delaunay.Mesh, error) {
 // interpolate3 evaluates the 3-D piecewise-linear interpolant at (nodes,
 // gpus, localBsz), summing c_j·value_j over the simplex's vertices in order
 // as LinearNDInterpolator does.
-func (a *Application) interpolate3(nodes, gpus, localBsz int) (float64, float64, error) {
+func (a *profile) interpolate3(nodes, gpus, localBsz int) (float64, float64, error) {
 	m, err := a.tessellation()
 	if err != nil {
 		return 0, 0, err

@@ -42,6 +42,7 @@ func ExampleSummarize() {
 	//   "makespan_s": 900,
 	//   "restarts_per_job": 0.5,
 	//   "gpu_utilization": 0.8333333333333334,
+	//   "gpu_hours_per_job": 0,
 	//   "rounds": 3,
 	//   "optimize_ms_median": 200,
 	//   "optimize_ms_p95": 290,

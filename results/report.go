@@ -46,6 +46,9 @@ type Sample struct {
 	// JobGPUs maps a job's name to its GPU count; jobs without GPUs may be
 	// missing.
 	JobGPUs map[string]int
+	// TypeGPUsInUse counts allocated GPUs per GPU type on a typed cluster
+	// (nil otherwise).
+	TypeGPUsInUse map[string]int
 }
 
 // Run is one simulation's (or closed loop's) raw outcome.
@@ -56,6 +59,9 @@ type Run struct {
 	Workload string
 	// TotalGPUs is the cluster's GPU count.
 	TotalGPUs int
+	// TypeGPUs is the GPU count per GPU type of a typed cluster (nil for
+	// an untyped one).
+	TypeGPUs map[string]int
 	// Jobs holds one result per job of the workload.
 	Jobs []JobResult
 	// Timeline holds one sample per scheduling round, in time order.
@@ -93,6 +99,12 @@ type Summary struct {
 	// was active (submitted and not finished), of GPUsInUse / TotalGPUs:
 	// a fraction in [0, 1].
 	GPUUtilization float64 `json:"gpu_utilization"`
+	// GPUUtilizationByType is GPUUtilization per GPU type of a typed
+	// cluster (each type's GPUs in use over its GPUs); absent otherwise.
+	GPUUtilizationByType map[string]float64 `json:"gpu_utilization_by_type,omitempty"`
+	// GPUHoursPerJob is the GPU time allocated to the jobs (restart delays
+	// included), in GPU-hours, over the number of jobs.
+	GPUHoursPerJob float64 `json:"gpu_hours_per_job"`
 	// Rounds is the number of scheduling rounds (timeline samples).
 	Rounds int `json:"rounds"`
 	// OptimizeMsMedian and OptimizeMsP95 are the median and 95th
@@ -115,6 +127,10 @@ type Summary struct {
 //     whose time at least one job is active, i.e. Submitted ≤ t and not
 //     completed by t (t < Completion); 0 when there is no such sample or
 //     TotalGPUs ≤ 0;
+//   - gpu_utilization_by_type: the same per GPU type of a typed cluster
+//     (TypeGPUs), each type's GPUs in use over its GPUs;
+//   - gpu_hours_per_job: the sum of GPUSeconds over all jobs, in hours,
+//     divided by the number of jobs;
 //   - rounds: len(Timeline); optimize_ms_median and optimize_ms_p95:
 //     quantiles 0.5 and 0.95 of OptimizeSeconds, in milliseconds;
 //   - wall_s: Wall in seconds.
@@ -131,9 +147,11 @@ func Summarize(r Run) Summary {
 
 	var jcts []float64
 	restarts := 0
+	gpuSeconds := 0.0
 	lastCompletion := math.Inf(-1)
 	for _, j := range r.Jobs {
 		restarts += j.Restarts
+		gpuSeconds += j.GPUSeconds
 		if j.Completed {
 			jcts = append(jcts, j.JCT())
 			lastCompletion = math.Max(lastCompletion, j.Completion)
@@ -142,6 +160,7 @@ func Summarize(r Run) Summary {
 	s.Completed = len(jcts)
 	if len(r.Jobs) > 0 {
 		s.RestartsPerJob = float64(restarts) / float64(len(r.Jobs))
+		s.GPUHoursPerJob = gpuSeconds / 3600 / float64(len(r.Jobs))
 	}
 	if len(jcts) > 0 {
 		s.AvgJCT = mean(jcts)
@@ -151,7 +170,13 @@ func Summarize(r Run) Summary {
 		s.Makespan = lastCompletion
 	}
 
-	s.GPUUtilization = utilization(r)
+	s.GPUUtilization = utilization(r, "")
+	if len(r.TypeGPUs) > 0 {
+		s.GPUUtilizationByType = make(map[string]float64, len(r.TypeGPUs))
+		for t := range r.TypeGPUs {
+			s.GPUUtilizationByType[t] = utilization(r, t)
+		}
+	}
 
 	if len(r.OptimizeSeconds) > 0 {
 		ms := make([]float64, len(r.OptimizeSeconds))
@@ -165,12 +190,17 @@ func Summarize(r Run) Summary {
 	return s
 }
 
-// utilization is the mean of GPUsInUse/TotalGPUs over the samples with at
-// least one active job. A job is active at t if Submitted ≤ t < Completion
-// (or it never completed); it runs in O((J + R) log J) by counting
+// utilization is the mean of GPUsInUse/TotalGPUs (for gpuType "") or of
+// TypeGPUsInUse[gpuType]/TypeGPUs[gpuType] over the samples with at least
+// one active job. A job is active at t if Submitted ≤ t < Completion (or
+// it never completed); it runs in O((J + R) log J) by counting
 // submissions and completions with binary search.
-func utilization(r Run) float64 {
-	if r.TotalGPUs <= 0 {
+func utilization(r Run, gpuType string) float64 {
+	total := r.TotalGPUs
+	if gpuType != "" {
+		total = r.TypeGPUs[gpuType]
+	}
+	if total <= 0 {
 		return 0
 	}
 	submits := make([]float64, 0, len(r.Jobs))
@@ -193,7 +223,11 @@ func utilization(r Run) float64 {
 		if atOrBefore(submits, smp.Time)-atOrBefore(ends, smp.Time) <= 0 {
 			continue
 		}
-		sum += float64(smp.GPUsInUse) / float64(r.TotalGPUs)
+		used := smp.GPUsInUse
+		if gpuType != "" {
+			used = smp.TypeGPUsInUse[gpuType]
+		}
+		sum += float64(used) / float64(total)
 		n++
 	}
 	if n == 0 {

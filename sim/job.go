@@ -9,26 +9,35 @@ import (
 	"github.com/pollux-nomad/pollux/policy"
 )
 
-// profileKey identifies one observed configuration of a job.
-type profileKey struct{ nodes, replicas, localBsz int }
+// profileKey identifies one observed configuration of a job on a GPU type.
+type profileKey struct {
+	gpuType                   string
+	nodes, replicas, localBsz int
+}
 
 // job is one simulated training job. Its dynamics follow the Pollux
-// artifact's simulator (simulator/simulator.py, class Job; reference §4):
+// artifact's simulator (simulator/simulator.py, class Job; reference §4),
+// or under RulesSia the Sia artifact's (sia-simulator/job.py, class Job):
 // progress is counted in scale-invariant iterations, the true step time and
-// gradient statistics come from the application's measured profile, and the
-// model the scheduler sees is refitted whenever the job runs in a
-// configuration it has not seen before.
+// gradient statistics come from the application's measured profile on the
+// GPU type the job runs on, and the model the scheduler sees is refitted,
+// per GPU type, whenever the job runs in a configuration it has not seen
+// before.
 type job struct {
 	name       string
 	app        *apps.Application
 	submitted  float64
 	fixedGPUs  int // Tiresias: requested GPU count (0 = adaptive)
 	fixedBatch int // baselines (and NCF under Pollux): fixed total batch size (0 = adaptive)
+	traceBatch int // the workload's batch_size (Sia caps the policy's view of the batch size at it)
 	fit        bool
+	rules      Rules
+	calib      float64 // goodput multiplier: 1, or 1/slowdown under RulesSia
 
 	now         float64
 	completion  float64 // < 0 while running
 	rescaleLeft float64
+	gpuType     string // type of the current placement ("" on an untyped cluster or without GPUs)
 	placement   []int
 	atomicBsz   int
 	accumSteps  int
@@ -39,11 +48,11 @@ type job struct {
 	reallocs    int
 
 	profile    map[profileKey]struct{}
-	points     []model.ProfilePoint
-	perf       *model.PerfParams
+	points     map[string][]model.ProfilePoint // per GPU type
+	perf       map[string]*model.PerfParams    // per GPU type
 	grad       model.GradParams
 	haveGrad   bool
-	maxProfile int
+	maxProfile map[string]int // per GPU type
 }
 
 func (j *job) done() bool { return j.completion >= 0 }
@@ -59,50 +68,89 @@ func (j *job) replicas() int {
 // batchSize is the job's current total batch size.
 func (j *job) batchSize() int { return j.replicas() * j.atomicBsz * (j.accumSteps + 1) }
 
-// bounds are the batch-size limits the Pollux job optimises within.
-func (j *job) bounds() model.Bounds {
+// localBounds are the per-GPU micro-batch bounds on GPU type t.
+func (j *job) localBounds(t string) (int, int) {
+	lo, hi, err := j.app.LocalBszBounds(t)
+	if err != nil {
+		return j.app.MinLocalBsz, j.app.MaxLocalBsz
+	}
+	return lo, hi
+}
+
+// bounds are the batch-size limits the Pollux job optimises within on GPU
+// type t.
+func (j *job) bounds(t string) model.Bounds {
+	lo, hi := j.localBounds(t)
 	return model.Bounds{
 		MaxBatchSize: j.app.MaxBatchSize,
-		MinLocalBsz:  j.app.MinLocalBsz,
-		MaxLocalBsz:  j.app.MaxLocalBsz,
+		MinLocalBsz:  lo,
+		MaxLocalBsz:  hi,
 		Accumulation: true,
 	}
 }
 
-// goodputFunc is the job's current fitted goodput model.
-func (j *job) goodputFunc() model.GoodputFunc {
-	return model.GoodputFunc{Perf: *j.perf, Grad: j.grad, InitBatchSize: float64(j.app.InitBatchSize)}
+// policyBounds are the bounds of the model the policy sees on type t:
+// under RulesSia the largest batch size is the trace's (job.py,
+// get_speedup_fn: max_batch_size = target_batch_size).
+func (j *job) policyBounds(t string) model.Bounds {
+	b := j.bounds(t)
+	if j.rules == RulesSia && j.traceBatch > 0 {
+		b.MaxBatchSize = j.traceBatch
+	}
+	return b
+}
+
+// goodputFunc is the job's fitted goodput model on type t (perf[t] must
+// be set).
+func (j *job) goodputFunc(t string) model.GoodputFunc {
+	return model.GoodputFunc{Perf: *j.perf[t], Grad: j.grad, InitBatchSize: float64(j.app.InitBatchSize)}
 }
 
 // updateLocalBsz picks the micro-batch and accumulation steps for the
 // current placement: the goodput-optimal choice for an adaptive job with a
-// fitted model, otherwise the fixed batch size split over the GPUs
-// (simulator.py, Job.update_local_bsz).
+// fitted model on its current type, otherwise the fixed batch size split
+// over the GPUs (Pollux simulator.py and Sia job.py, Job.update_local_bsz).
+// Under RulesSia the largest micro-batch is the one profiled for this
+// placement (applications.py, get_max_local_bsz) and the micro-batch is
+// capped at the largest profiled with this many GPUs.
 func (j *job) updateLocalBsz() {
 	nodes, k := len(j.placement), j.replicas()
 	if k == 0 {
 		return
 	}
 	app := j.app
+	minLocal, maxLocal := j.localBounds(j.gpuType)
+	if j.rules == RulesSia {
+		if m := app.MaxLocalBszFor(j.gpuType, j.placement); m > 0 {
+			maxLocal = m
+		}
+	}
 	batch := j.fixedBatch
-	if batch == 0 && j.perf == nil {
-		batch = max(app.InitBatchSize, app.MinLocalBsz*k)
+	if batch == 0 && (j.perf[j.gpuType] == nil || !j.haveGrad) {
+		batch = max(app.InitBatchSize, minLocal*k)
 	}
 	if batch == 0 {
-		c := j.goodputFunc().Optimize(nodes, k, j.bounds())
+		b := j.bounds(j.gpuType)
+		b.MaxLocalBsz = maxLocal
+		c := j.goodputFunc(j.gpuType).Optimize(nodes, k, b)
 		if c.LocalBsz > 0 {
 			j.atomicBsz, j.accumSteps = c.LocalBsz, c.AccumSteps
 		} else {
-			batch = max(app.InitBatchSize, app.MinLocalBsz*k)
+			batch = max(app.InitBatchSize, minLocal*k)
 		}
 	}
 	if batch > 0 {
 		local := ceilEps(float64(batch) / float64(k))
-		j.accumSteps = ceilEps(float64(local)/float64(app.MaxLocalBsz)) - 1
+		j.accumSteps = ceilEps(float64(local)/float64(maxLocal)) - 1
 		if k == 1 && batch > app.InitBatchSize {
 			j.accumSteps = max(1, j.accumSteps)
 		}
 		j.atomicBsz = ceilEps(float64(local) / float64(j.accumSteps+1))
+	}
+	if j.rules == RulesSia {
+		if m, ok := app.MaxLocalBszForReplicas(j.gpuType, k); ok {
+			j.atomicBsz = min(j.atomicBsz, m)
+		}
 	}
 	count := k * (j.accumSteps + 1)
 	j.atomicBsz = min(j.atomicBsz, app.MaxBatchSize/count)
@@ -111,34 +159,36 @@ func (j *job) updateLocalBsz() {
 // ceilEps is ceil(x − 1e-8), the artifact's guard against float noise.
 func ceilEps(x float64) int { return int(math.Ceil(x - 1e-8)) }
 
-// observe records the configuration the job just ran in and refits the
-// throughput model when it is new (simulator.py, Job.update_params).
+// observe records the configuration the job just ran in on its current
+// GPU type and refits that type's throughput model when it is new
+// (simulator.py, Job.update_params; Sia keeps one profile per type).
 func (j *job) observe(nodes, k, m int, step, sync, sqr, variance float64) error {
 	j.grad = model.GradParams{Sqr: sqr, Var: variance}
 	j.haveGrad = true
 	if !j.fit {
 		return nil
 	}
-	key := profileKey{nodes, k, m}
+	key := profileKey{j.gpuType, nodes, k, m}
 	if _, ok := j.profile[key]; ok {
 		return nil
 	}
 	j.profile[key] = struct{}{}
-	j.maxProfile = max(j.maxProfile, k)
-	j.points = append(j.points, model.ProfilePoint{
+	j.maxProfile[j.gpuType] = max(j.maxProfile[j.gpuType], k)
+	j.points[j.gpuType] = append(j.points[j.gpuType], model.ProfilePoint{
 		Nodes: nodes, Replicas: k, LocalBsz: float64(m),
 		AccumStepTime: step - sync, OptimStepTime: step,
 	})
-	p, err := model.FitPerfParams(j.points)
+	p, err := model.FitPerfParams(j.points[j.gpuType])
 	if err != nil {
 		return fmt.Errorf("failed to fit job %s: %w", j.name, err)
 	}
-	j.perf = &p
+	j.perf[j.gpuType] = &p
 	return nil
 }
 
 // step advances the job by seconds of simulated time with the given
-// interference slowdown (simulator.py, Job.step).
+// interference slowdown (simulator.py, Job.step; Sia's job.py, Job.step,
+// also multiplies the goodput by the calibration factor).
 func (j *job) step(seconds, interference float64) error {
 	if len(j.placement) == 0 {
 		j.now += seconds
@@ -155,7 +205,7 @@ func (j *job) step(seconds, interference float64) error {
 		nodes := len(j.placement)
 		batch := j.batchSize()
 		scale := float64(batch) / float64(app.InitBatchSize)
-		step, sync, err := app.Throughput(j.placement, j.atomicBsz)
+		step, sync, err := app.ThroughputOn(j.gpuType, j.placement, j.atomicBsz)
 		if err != nil {
 			return fmt.Errorf("job %s: %w", j.name, err)
 		}
@@ -167,6 +217,9 @@ func (j *job) step(seconds, interference float64) error {
 		}
 		total := step + accum*float64(j.accumSteps)
 		goodput := gain / total * (1 - interference)
+		if j.calib != 1 {
+			goodput *= j.calib
+		}
 		next := app.Progress(j.epoch + 1)
 		if j.progress+goodput*seconds < next {
 			j.progress += goodput * seconds
@@ -192,14 +245,16 @@ func (j *job) step(seconds, interference float64) error {
 	return nil
 }
 
-// reallocate moves the job to a new placement (GPUs per node), charging
-// the restart delay; an empty placement suspends it.
-func (j *job) reallocate(placement []int, delay float64) {
+// reallocate moves the job to a new placement (GPUs per node) on GPU type
+// gpuType, charging the restart delay; an empty placement suspends it.
+func (j *job) reallocate(gpuType string, placement []int, delay float64) {
 	if len(placement) == 0 {
 		j.placement = nil
 		j.atomicBsz = 0
+		j.gpuType = ""
 		return
 	}
+	j.gpuType = gpuType
 	j.placement = placement
 	j.updateLocalBsz()
 	j.rescaleLeft = delay
@@ -207,8 +262,9 @@ func (j *job) reallocate(placement []int, delay float64) {
 	j.reallocs++
 }
 
-// info builds the policy's view of the job.
-func (j *job) info(traits policy.Traits, now float64, maxReplicasCap, explore int) policy.Job {
+// info builds the policy's view of the job on a cluster of the given GPU
+// types ([""] for an untyped cluster).
+func (j *job) info(traits policy.Traits, now float64, maxReplicasCap, explore int, types []string, proj projector) policy.Job {
 	pj := policy.Job{
 		ID:              j.name,
 		Submitted:       j.submitted,
@@ -217,26 +273,69 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap, explore in
 		NumRestarts:     max(j.restarts, 0),
 	}
 	app := j.app
-	batch := app.MaxBatchSize
-	if !traits.AdaptiveBatch {
-		batch = j.fixedBatch
+	maxReplicas := 0
+	for _, t := range types {
+		batch := app.MaxBatchSize
+		if !traits.AdaptiveBatch {
+			batch = j.fixedBatch
+		}
+		minLocal, _ := j.localBounds(t)
+		profiled := j.maxProfile[t]
+		if j.rules != RulesSia {
+			// One bound for all types: the most GPUs profiled anywhere.
+			for _, p := range j.maxProfile {
+				profiled = max(profiled, p)
+			}
+		}
+		maxReplicas = max(maxReplicas, traits.MaxReplicas(policy.JobLimits{
+			Requested: j.fixedGPUs, Cap: maxReplicasCap, BatchLimit: batch / minLocal,
+			Profiled: profiled, Explore: explore,
+		}))
 	}
-	pj.MaxReplicas = traits.MaxReplicas(policy.JobLimits{
-		Requested: j.fixedGPUs, Cap: maxReplicasCap, BatchLimit: batch / app.MinLocalBsz,
-		Profiled: j.maxProfile, Explore: explore,
-	})
+	pj.MaxReplicas = maxReplicas
 	if traits.NeedsOracle {
 		pj.Oracle = &oracle{j: j}
 	}
-	if traits.UsesGoodput && j.perf != nil && j.haveGrad {
-		pj.Goodput = model.NewGoodputCache(j.goodputFunc(), j.bounds())
+	if traits.UsesGoodput && j.haveGrad {
+		fitted := map[string]policy.GoodputModel{}
+		for _, t := range types {
+			if j.perf[t] != nil {
+				fitted[t] = model.NewGoodputCache(j.goodputFunc(t), j.policyBounds(t))
+			}
+		}
+		switch {
+		case len(fitted) == 0:
+		case len(types) == 1:
+			pj.Goodput = fitted[types[0]]
+		default:
+			pj.TypedGoodput = make(map[string]policy.GoodputModel, len(types))
+			for _, t := range types {
+				if m, ok := fitted[t]; ok {
+					pj.TypedGoodput[t] = m
+				} else {
+					pj.TypedGoodput[t] = proj(j, t, fitted)
+				}
+			}
+			// A type-unaware policy sees the model of the type the job runs
+			// on, else of the first fitted type in cluster order.
+			pj.Goodput = fitted[j.gpuType]
+			for _, t := range types {
+				if pj.Goodput == nil {
+					pj.Goodput = fitted[t]
+				}
+			}
+		}
 	}
 	if app.Name == "ncf" {
-		// The artifact runs NCF on one GPU only (simulator.py).
+		// Both artifacts run NCF on one GPU only.
 		pj.MaxReplicas = 1
 	}
 	return pj
 }
+
+// projector predicts a job's goodput model on a type it has no fit on from
+// its fitted models (not empty), keyed by type.
+type projector func(j *job, target string, fitted map[string]policy.GoodputModel) policy.GoodputModel
 
 // oracle gives Optimus the true remaining work and step time of a job.
 type oracle struct{ j *job }
@@ -254,7 +353,8 @@ func (o *oracle) RemainingIterations() float64 {
 
 // StepTime is the true time of one optimizer step on k GPUs packed four to
 // a node, including accumulation micro-steps; +Inf where the profile has no
-// answer.
+// answer. On a typed cluster it is the time on the job's current type, or
+// the default type without one.
 func (o *oracle) StepTime(k int) float64 {
 	app := o.j.app
 	var placement []int
@@ -268,7 +368,7 @@ func (o *oracle) StepTime(k int) float64 {
 	}
 	atomic := ceilEps(float64(local) / float64(accum+1))
 	atomic = min(atomic, app.MaxBatchSize/(k*(accum+1)))
-	step, sync, err := app.Throughput(placement, atomic)
+	step, sync, err := app.ThroughputOn(o.j.gpuType, placement, atomic)
 	if err != nil {
 		return math.Inf(1)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/apps"
+	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/workload"
@@ -17,10 +18,25 @@ import (
 // Config configures a simulation. The zero value gives the artifact's
 // cluster: 16 nodes of 4 GPUs, 60 s rounds, 30 s restarts, no interference.
 type Config struct {
-	// Nodes is the number of nodes (default 16).
+	// Nodes is the number of nodes (default 16) of an untyped cluster.
 	Nodes int
-	// GPUsPerNode is the GPUs per node (default 4).
+	// GPUsPerNode is the GPUs per node (default 4) of an untyped cluster.
 	GPUsPerNode int
+	// Cluster, when not empty, is a typed cluster (ParseCluster) and
+	// replaces Nodes and GPUsPerNode: its nodes carry their GPU type
+	// (policy.Node.Type, node IDs "<type>-<i>"), and a job's true step
+	// times come from its application's profile on the type it runs on.
+	// Every application of the workload needs a profile for every type
+	// (apps.LoadTypedAll). A job runs on one type at a time: if a policy
+	// places it across types, it runs on the type that holds most of its
+	// GPUs (the first such in its allocation on a tie) and the others are
+	// taken back, as the Sia artifact does for heterogeneity-unaware
+	// policies (sia-simulator/cluster_unaware.py, repair_allocations_mip).
+	Cluster []NodeGroup
+	// Rules selects the simulator semantics: RulesPollux (default) or
+	// RulesSia. RulesSia also sets, where left zero, AppRestartDelay to
+	// SiaRestartDelays and ExploreFactor to 2.
+	Rules Rules
 	// Interval is the scheduling interval (default 60 s).
 	Interval time.Duration
 	// RestartDelay is the time a reallocated job makes no progress
@@ -56,6 +72,20 @@ func (c Config) withDefaults() Config {
 	if c.GPUsPerNode == 0 {
 		c.GPUsPerNode = 4
 	}
+	if len(c.Cluster) == 0 {
+		c.Cluster = []NodeGroup{{Nodes: c.Nodes, GPUsPerNode: c.GPUsPerNode}}
+	}
+	if c.Rules == "" {
+		c.Rules = RulesPollux
+	}
+	if c.Rules == RulesSia {
+		if c.AppRestartDelay == nil {
+			c.AppRestartDelay = SiaRestartDelays
+		}
+		if c.ExploreFactor == 0 {
+			c.ExploreFactor = 2
+		}
+	}
 	if c.Interval == 0 {
 		c.Interval = 60 * time.Second
 	}
@@ -65,7 +95,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxReplicas == 0 {
 		c.MaxReplicas = 64
 	}
-	c.MaxReplicas = min(c.MaxReplicas, c.Nodes*c.GPUsPerNode)
+	c.MaxReplicas = min(c.MaxReplicas, c.totalGPUs())
 	if c.ExploreFactor == 0 {
 		c.ExploreFactor = 4
 	}
@@ -75,9 +105,34 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// totalGPUs is the cluster's GPU count (after withDefaults).
+func (c Config) totalGPUs() int {
+	n := 0
+	for _, g := range c.Cluster {
+		n += g.Nodes * g.GPUsPerNode
+	}
+	return n
+}
+
 // Validate reports every problem with the configuration.
 func (c Config) Validate() error {
 	var errs []error
+	if _, err := ParseRules(string(c.Rules)); err != nil {
+		errs = append(errs, err)
+	}
+	seen := map[string]bool{}
+	for i, g := range c.Cluster {
+		switch {
+		case g.Type == "":
+			errs = append(errs, fmt.Errorf("cluster group %d: empty GPU type", i+1))
+		case seen[g.Type]:
+			errs = append(errs, fmt.Errorf("cluster group %d: GPU type %q given twice", i+1, g.Type))
+		}
+		seen[g.Type] = true
+		if g.Nodes < 1 || g.GPUsPerNode < 1 || g.GPUsPerNode > 9 {
+			errs = append(errs, fmt.Errorf("cluster group %d (%s): want at least 1 node and 1 to 9 GPUs per node, got %dx%d", i+1, g.Type, g.Nodes, g.GPUsPerNode))
+		}
+	}
 	if c.Nodes < 0 || c.GPUsPerNode < 0 || c.MaxReplicas < 0 || c.ExploreFactor < 0 {
 		errs = append(errs, errors.New("nodes, gpus per node, max replicas and explore factor must not be negative"))
 	}
@@ -121,6 +176,11 @@ type Simulator struct {
 	nodeIdx  map[string]int
 	alloc    policy.Allocations
 	now      float64
+	// types are the cluster's GPU types in Config.Cluster order ([""] on
+	// an untyped cluster); gpusPerNode and typeGPUs per type.
+	types       []string
+	gpusPerNode map[string]int
+	typeGPUs    map[string]int
 }
 
 // New prepares a simulation of the workload jobs under pol. applications
@@ -142,20 +202,43 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 		alloc:    policy.Allocations{},
 		nodeIdx:  make(map[string]int, cfg.Nodes),
 	}
-	for i := range cfg.Nodes {
-		id := strconv.Itoa(i)
-		s.nodes = append(s.nodes, policy.Node{ID: id, GPUs: cfg.GPUsPerNode})
-		s.nodeIdx[id] = i
+	s.gpusPerNode, s.typeGPUs = map[string]int{}, map[string]int{}
+	for _, g := range cfg.Cluster {
+		s.types = append(s.types, g.Type)
+		s.gpusPerNode[g.Type] = g.GPUsPerNode
+		s.typeGPUs[g.Type] = g.Nodes * g.GPUsPerNode
+		for i := range g.Nodes {
+			id := strconv.Itoa(i)
+			if g.Type != "" {
+				id = g.Type + "-" + id
+			}
+			s.nodeIdx[id] = len(s.nodes)
+			s.nodes = append(s.nodes, policy.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+		}
 	}
 	for i, w := range jobs {
 		app, ok := applications[w.Application]
 		if !ok {
 			return nil, fmt.Errorf("job %d (%s): unknown application %q", i+1, w.Name, w.Application)
 		}
+		for _, t := range s.types {
+			if !app.HasType(t) {
+				return nil, fmt.Errorf("job %d (%s): application %s has no profile for GPU type %q (it has %v)", i+1, w.Name, app.Name, t, app.Types())
+			}
+		}
 		j := &job{
 			name: w.Name, app: app, submitted: w.Time,
+			traceBatch: w.BatchSize, rules: cfg.Rules, calib: 1,
 			completion: -1, restarts: -1,
-			profile: make(map[profileKey]struct{}),
+			profile:    make(map[profileKey]struct{}),
+			points:     map[string][]model.ProfilePoint{},
+			perf:       map[string]*model.PerfParams{},
+			maxProfile: map[string]int{},
+		}
+		if cfg.Rules == RulesSia {
+			if sd, ok := SiaSlowdowns[app.Name]; ok {
+				j.calib = 1 / sd
+			}
 		}
 		// How the job is configured depends on the policy that drives it
 		// (simulator.py, Cluster.__init__): a fixed-size job runs on its
@@ -168,7 +251,13 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 		if !traits.AdaptiveBatch {
 			j.fixedBatch = w.BatchSize
 		} else if app.Name == "ncf" {
-			j.fixedBatch = 32768
+			// Sia tunes NCF's batch size too but shows the policy its
+			// trace batch size of 32768 (cluster.py, Cluster.__init__).
+			if cfg.Rules == RulesSia {
+				j.traceBatch = 32768
+			} else {
+				j.fixedBatch = 32768
+			}
 		}
 		j.fit = traits.UsesGoodput
 		if (!traits.AdaptiveBatch && j.fixedBatch < 1) || (traits.Replicas == policy.RequestedReplicas && j.fixedGPUs < 1) {
@@ -186,7 +275,10 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (results.Ru
 	run := results.Run{
 		Policy:    s.pol.Name(),
 		Workload:  s.workload,
-		TotalGPUs: s.cfg.Nodes * s.cfg.GPUsPerNode,
+		TotalGPUs: s.cfg.totalGPUs(),
+	}
+	if len(s.types) > 1 || s.types[0] != "" {
+		run.TypeGPUs = s.typeGPUs
 	}
 	interval := s.cfg.Interval.Seconds()
 	for !s.allDone() {
@@ -201,9 +293,15 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (results.Ru
 			return run, err
 		}
 		sample := results.Sample{Time: s.now, JobGPUs: make(map[string]int, len(s.alloc))}
+		if run.TypeGPUs != nil {
+			sample.TypeGPUsInUse = map[string]int{}
+		}
 		for id, a := range s.alloc {
 			sample.GPUsInUse += len(a)
 			sample.JobGPUs[id] = len(a)
+			if sample.TypeGPUsInUse != nil && len(a) > 0 {
+				sample.TypeGPUsInUse[s.nodes[s.nodeIdx[a[0]]].Type] += len(a)
+			}
 		}
 		run.Timeline = append(run.Timeline, sample)
 		if opt >= 0 {
@@ -252,7 +350,7 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	in := policy.Input{Now: s.now, Nodes: s.nodes, Current: policy.Allocations{}}
 	for _, j := range s.jobs {
 		if j.submitted <= s.now && !j.done() {
-			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor)
+			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor, s.types, s.project)
 			pj.RestartTime = s.restartDelay(j)
 			in.Jobs = append(in.Jobs, pj)
 			if a := s.alloc[j.name]; len(a) > 0 {
@@ -273,11 +371,27 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	if err := s.check(in, next); err != nil {
 		return 0, fmt.Errorf("policy %s returned an invalid allocation at t=%.0fs: %w", s.pol.Name(), s.now, err)
 	}
+	next = s.oneTypeEach(next)
 	for _, j := range s.jobs {
 		old, cur := s.alloc[j.name], next[j.name]
-		if !policy.Equal(old, cur) {
-			j.reallocate(policy.Placement(cur), s.restartDelay(j))
+		if policy.Equal(old, cur) {
+			continue
 		}
+		t := ""
+		if len(cur) > 0 {
+			t = s.nodes[s.nodeIdx[cur[0]]].Type
+		}
+		placement := policy.Placement(cur)
+		if s.cfg.Rules == RulesSia {
+			placement = siaPlacement(t, placement)
+			// Sia restarts a job only when its GPU type or the shape of
+			// its placement changes (cluster.py optimize_policy; job.py
+			// reallocate compares placement tuples, migrate the type).
+			if len(old) > 0 && len(cur) > 0 && t == j.gpuType && equalInts(placement, j.placement) {
+				continue
+			}
+		}
+		j.reallocate(t, placement, s.restartDelay(j))
 	}
 	s.alloc = policy.Allocations{}
 	for id, a := range next {
@@ -286,6 +400,117 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 		}
 	}
 	return opt, nil
+}
+
+// oneTypeEach keeps, of an allocation spanning GPU types, only the GPUs of
+// the type holding most of them (the first such type in the allocation on
+// a tie), as the Sia artifact's cluster_unaware.py (repair_allocations_mip)
+// does; the GPUs taken back stay idle this round.
+func (s *Simulator) oneTypeEach(next policy.Allocations) policy.Allocations {
+	if len(s.types) == 1 {
+		return next
+	}
+	var out policy.Allocations
+	for id, a := range next {
+		if len(a) == 0 {
+			continue
+		}
+		first := s.nodes[s.nodeIdx[a[0]]].Type
+		mixed := false
+		for _, n := range a[1:] {
+			if s.nodes[s.nodeIdx[n]].Type != first {
+				mixed = true
+				break
+			}
+		}
+		if !mixed {
+			continue
+		}
+		if out == nil {
+			out = make(policy.Allocations, len(next))
+			for k, v := range next {
+				out[k] = v
+			}
+		}
+		count := map[string]int{}
+		var order []string
+		for _, n := range a {
+			t := s.nodes[s.nodeIdx[n]].Type
+			if count[t] == 0 {
+				order = append(order, t)
+			}
+			count[t]++
+		}
+		best := order[0]
+		for _, t := range order[1:] {
+			if count[t] > count[best] {
+				best = t
+			}
+		}
+		kept := make([]string, 0, count[best])
+		for _, n := range a {
+			if s.nodes[s.nodeIdx[n]].Type == best {
+				kept = append(kept, n)
+			}
+		}
+		out[id] = kept
+	}
+	if out == nil {
+		return next
+	}
+	return out
+}
+
+// siaPlacement reshapes a placement on more nodes of type t than the type
+// was profiled on to that many nodes, ceil(GPUs / nodes) GPUs each and the
+// rest on the last, as the Sia artifact's Cluster.optimize_policy.
+func siaPlacement(t string, p []int) []int {
+	maxNodes, ok := SiaMaxPhysicalNodes[t]
+	if !ok || len(p) <= maxNodes {
+		return p
+	}
+	k := 0
+	for _, g := range p {
+		k += g
+	}
+	per := (k + maxNodes - 1) / maxNodes
+	var out []int
+	for k > 0 {
+		n := min(per, k)
+		out = append(out, n)
+		k -= n
+	}
+	return out
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// project predicts a job's goodput on a GPU type it has no fit on: Sia's
+// projection (model.Projected) from the first fitted type in cluster
+// order, scaled by the ratio of the application's one-GPU throughputs.
+func (s *Simulator) project(j *job, target string, fitted map[string]policy.GoodputModel) policy.GoodputModel {
+	for _, src := range s.types {
+		m, ok := fitted[src]
+		if !ok {
+			continue
+		}
+		ratio := 1.0
+		if a, b := j.app.OneGPUThroughput(target), j.app.OneGPUThroughput(src); a > 0 && b > 0 {
+			ratio = a / b
+		}
+		return &model.Projected{Source: m, Ratio: ratio, SourceGPUsPerNode: s.gpusPerNode[src]}
+	}
+	return nil
 }
 
 // restartDelay is the job's restart delay in seconds.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 )
@@ -21,11 +22,13 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		workloadPath = fs.String("workload", "", "workload CSV (name,time,application,num_replicas,batch_size), or the name of an embedded one: workload-1 ... workload-8")
+		workloadPath = fs.String("workload", "", "workload CSV (name,time,application,num_replicas,batch_size), or the name of an embedded one: workload-1..8, sia-philly-1..8, sia-helios-1..10, sia-newtrace-1..10, sia-scale-{2,4,8,16,32}x")
 		policies     = fs.String("policy", "pollux", "policy: pollux, tiresias, optimus, or a comma-separated list, or all")
 		profiles     = fs.String("profiles", "", "directory of application profiles (default: the copy embedded in the binary)")
 		nodes        = fs.Int("nodes", 16, "number of nodes")
 		gpus         = fs.Int("gpus-per-node", 4, "GPUs per node")
+		clusterSpec  = fs.String("cluster", "", "typed cluster TYPE:NODESxGPUS[,...], e.g. "+sim.DefaultHeteroCluster+" (types t4, v100, a100, rtx6000, rtx2080ti); replaces -nodes and -gpus-per-node")
+		rulesName    = fs.String("rules", "pollux", "simulator semantics: pollux (the Pollux artifact's) or sia (the Sia artifact's)")
 		interval     = fs.Duration("interval", 60*time.Second, "scheduling interval")
 		seed         = fs.Int64("seed", 1, "random seed of the Pollux genetic algorithm")
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
@@ -52,7 +55,33 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	applications, err := sim.LoadApplications(*profiles)
+	rules, err := sim.ParseRules(*rulesName)
+	if err != nil {
+		return usageErr("-rules: %v", err)
+	}
+	var groups []sim.NodeGroup
+	if *clusterSpec != "" {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "nodes" || f.Name == "gpus-per-node" })
+		if set {
+			return usageErr("-cluster replaces -nodes and -gpus-per-node: give one or the other")
+		}
+		if groups, err = sim.ParseCluster(*clusterSpec); err != nil {
+			return usageErr("-cluster: %v", err)
+		}
+	} else if rules == sim.RulesSia {
+		// Sia's homogeneous cluster is of T4s.
+		groups = []sim.NodeGroup{{Type: "t4", Nodes: *nodes, GPUsPerNode: *gpus}}
+	}
+	var applications map[string]*apps.Application
+	switch {
+	case groups != nil && *profiles != "":
+		applications, err = sim.LoadTypedApplicationsFrom(*profiles, rules)
+	case groups != nil:
+		applications, err = sim.LoadTypedApplications(rules)
+	default:
+		applications, err = sim.LoadApplications(*profiles)
+	}
 	if err != nil {
 		return classify(err)
 	}
@@ -60,7 +89,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return classify(err)
 	}
-	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Interval: *interval}
+	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Cluster: groups, Rules: rules, Interval: *interval}
 
 	var runs []results.Run
 	for _, name := range names {
