@@ -10,3 +10,15 @@ var PolicyNames = policy.Names()
 func NewPolicy(name string, seed int64) (policy.Policy, error) {
 	return policy.New(name, policy.Settings{Pollux: policy.PolluxConfig{Seed: seed}})
 }
+
+// NewPolicyFor is NewPolicy for a simulator with the given rules: under
+// RulesSia the sia policy takes its restart penalties from the Sia
+// artifact's table (sia.py, get_restart_penalty), as the artifact's policy
+// does whatever delays its simulator charges.
+func NewPolicyFor(name string, seed int64, rules Rules) (policy.Policy, error) {
+	s := policy.Settings{Pollux: policy.PolluxConfig{Seed: seed}}
+	if rules == RulesSia {
+		s.Sia.ArtifactRestartPenalties = true
+	}
+	return policy.New(name, s)
+}

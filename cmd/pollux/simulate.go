@@ -93,7 +93,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	var runs []results.Run
 	for _, name := range names {
-		pol, err := sim.NewPolicy(name, *seed)
+		pol, err := sim.NewPolicyFor(name, *seed, rules)
 		if err != nil {
 			return usageErr("%v", err)
 		}
