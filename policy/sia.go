@@ -82,6 +82,13 @@ type SiaConfig struct {
 	// from its last checkpoint. The default (false) keeps its allocation,
 	// as the artifact (simulator_config.py, preserve_ckpt_allocs = True).
 	IgnoreRestoring bool
+	// PreferCurrent breaks ties of the programme (equal costs after the
+	// artifact's rounding to hundredths) in favour of a job's current
+	// configuration, then its current type. The default (false) is the
+	// artifact's: its solver picks any optimum, and the sia-philly
+	// workloads come closer to its results that way (restarts per job
+	// 4.20 against its 4.33; 4.03 when preferring the current one).
+	PreferCurrent bool
 	// Workers is the number of goroutines that evaluate goodputs. 0 means
 	// GOMAXPROCS for at least 128 jobs and 1 below.
 	Workers int
@@ -408,8 +415,9 @@ func (p *SiaPolicy) buildJobs(in Input, types []*siaType, nodeType []int) []siaJ
 	}
 	wg.Wait()
 	// The score: benefit over no GPUs, in hundredths, weighted so that
-	// the tie-break (prefer a job's current configuration, then its
-	// current type) never outweighs one hundredth summed over all jobs.
+	// the tie-break (PreferCurrent: a job's current configuration, then
+	// its current type) never outweighs one hundredth summed over all
+	// jobs.
 	weight := int64(4 * (len(jobs) + 1))
 	p.weight = weight
 	lambda := int64(math.RoundToEven(p.cfg.LambdaN * 100))
@@ -432,10 +440,14 @@ func (p *SiaPolicy) buildJobs(in Input, types []*siaType, nodeType []int) []siaJ
 			}
 			o.score = benefit * weight
 			if isPrev {
-				o.score += 2
 				newPrev = len(kept)
-			} else if o.typ == prevTyp {
-				o.score++
+			}
+			if p.cfg.PreferCurrent {
+				if isPrev {
+					o.score += 2
+				} else if o.typ == prevTyp {
+					o.score++
+				}
 			}
 			kept = append(kept, o)
 		}

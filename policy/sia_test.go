@@ -319,3 +319,17 @@ func TestSiaConfigValidation(t *testing.T) {
 		t.Errorf("p = 1 with the default lambda_n: %v", err)
 	}
 }
+
+// TestSiaPreferCurrent: a job with no model holding 1 GPU is indifferent
+// between 1 GPU of any type (all cost 1); PreferCurrent keeps it where it
+// is.
+func TestSiaPreferCurrent(t *testing.T) {
+	for _, node := range []string{"t4-00", "t4-01", "a100-00"} {
+		in := policy.Input{Nodes: pt.TypedNodes(smallPools...), Jobs: []policy.Job{{ID: "a", MaxReplicas: 8}},
+			Current: policy.Allocations{"a": {node}}}
+		out := runSia(t, newSia(t, policy.SiaConfig{PreferCurrent: true}), in)
+		if !policy.Equal(out["a"], []string{node}) {
+			t.Errorf("on %s: got %v, want it kept", node, out["a"])
+		}
+	}
+}
