@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -43,7 +44,10 @@ const (
 	// siaBBNodeLimit bounds the branch-and-bound nodes of one round; the
 	// best allocation found is used when it is reached (SiaStats.Gap
 	// says how far from the bound it may be).
-	siaBBNodeLimit = 2_000_000
+	siaBBNodeLimit = 500_000
+	// siaHeuristicPrices is how many of the last prices of Kelley's
+	// method the by-type heuristic also tries.
+	siaHeuristicPrices = 8
 	// siaParallelMinJobs is the fewest jobs for which goodputs are
 	// evaluated on several cores.
 	siaParallelMinJobs = 128
@@ -82,6 +86,13 @@ type SiaConfig struct {
 	// from its last checkpoint. The default (false) keeps its allocation,
 	// as the artifact (simulator_config.py, preserve_ckpt_allocs = True).
 	IgnoreRestoring bool
+	// MaxNodesByType caps the nodes of one job's configuration per GPU
+	// type, as "type=nodes,type=nodes" (for example "t4=16,a100=2");
+	// types not named are capped by their node count only. The artifact
+	// caps each type at the nodes it was profiled on
+	// (populate_valid_configs with cluster_max_physical_nnodes), which the
+	// simulator passes under -rules sia.
+	MaxNodesByType string
 	// PreferCurrent breaks ties of the programme (equal costs after the
 	// artifact's rounding to hundredths) in favour of a job's current
 	// configuration, then its current type. The default (false) is the
@@ -138,10 +149,30 @@ func (c SiaConfig) Validate() error {
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers %d is negative", c.Workers))
 	}
+	if _, err := parseNodeLimits(c.MaxNodesByType); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid sia configuration: %w", err)
 	}
 	return nil
+}
+
+// parseNodeLimits parses MaxNodesByType.
+func parseNodeLimits(spec string) (map[string]int, error) {
+	out := map[string]int{}
+	if strings.TrimSpace(spec) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		name, num, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if !ok || err != nil || n < 1 {
+			return nil, fmt.Errorf("max nodes by type: %q is not type=nodes with nodes ≥ 1", part)
+		}
+		out[strings.TrimSpace(name)] = n
+	}
+	return out, nil
 }
 
 // SiaStats describes the last round of the Sia policy.
@@ -203,6 +234,8 @@ type SiaStats struct {
 type SiaPolicy struct {
 	cfg   SiaConfig
 	stats SiaStats
+	// maxNodes is cfg.MaxNodesByType parsed.
+	maxNodes map[string]int
 	// weight is the score of one hundredth of benefit this round.
 	weight int64
 }
@@ -212,7 +245,8 @@ func NewSia(cfg SiaConfig) (*SiaPolicy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &SiaPolicy{cfg: cfg.withDefaults()}, nil
+	limits, _ := parseNodeLimits(cfg.MaxNodesByType)
+	return &SiaPolicy{cfg: cfg.withDefaults(), maxNodes: limits}, nil
 }
 
 // Name returns "sia".
@@ -308,7 +342,7 @@ func (p *SiaPolicy) Optimize(ctx context.Context, in Input) (Allocations, error)
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
 	p.stats = SiaStats{Jobs: len(in.Jobs)}
-	types, nodeType := siaTypes(in.Nodes)
+	types, nodeType := siaTypes(in.Nodes, p.maxNodes)
 	for _, t := range types {
 		p.stats.Configs += len(t.configs)
 	}
@@ -318,8 +352,9 @@ func (p *SiaPolicy) Optimize(ctx context.Context, in Input) (Allocations, error)
 }
 
 // siaTypes groups the nodes with GPUs by type, in sorted type order, and
-// returns each node's type index (−1 for nodes without GPUs).
-func siaTypes(nodes []Node) ([]*siaType, []int) {
+// returns each node's type index (−1 for nodes without GPUs); maxNodes caps
+// the nodes of a configuration per type.
+func siaTypes(nodes []Node, maxNodes map[string]int) ([]*siaType, []int) {
 	byName := map[string]*siaType{}
 	var types []*siaType
 	for _, name := range GPUTypes(nodes) {
@@ -353,7 +388,11 @@ func siaTypes(nodes []Node) ([]*siaType, []int) {
 		for g := 1; g < t.size && t.size%g == 0; g *= 2 {
 			t.configs = append(t.configs, g)
 		}
-		for k := 1; k <= t.full; k++ {
+		limit := t.full
+		if m, ok := maxNodes[t.name]; ok {
+			limit = min(limit, m)
+		}
+		for k := 1; k <= limit; k++ {
 			t.configs = append(t.configs, k*t.size)
 		}
 		out = append(out, t)
@@ -695,7 +734,7 @@ func siaBranchAndBound(ctx context.Context, jobs []siaJob, free []int, capacity 
 		// most come first, indifferent ones fill what is left.
 		regret float64
 	}
-	mu := siaRefinePrices(jobs, free, capacity, siaPrices(jobs, free, capacity))
+	mu, tried := siaRefinePrices(jobs, free, capacity, siaPrices(jobs, free, capacity))
 	build := func(mu []float64) ([]bjob, float64) {
 		root := 0.0
 		for t := range capacity {
@@ -818,7 +857,13 @@ func siaBranchAndBound(ctx context.Context, jobs []siaJob, free []int, capacity 
 	// type; the better one is kept.
 	limit = len(bjobs) + 1
 	dfs(0, math.Inf(1))
-	if pick, score := siaByType(jobs, free, capacity, mu); score > incumbent {
+	// The heuristic at the optimal prices and at the last prices Kelley's
+	// method tried (they split tied jobs between types differently).
+	for _, m := range append([][]float64{mu}, tried...) {
+		pick, score := siaByType(jobs, free, capacity, m)
+		if score <= incumbent {
+			continue
+		}
 		incumbent = score
 		for k, bj := range bjobs {
 			for x, op := range bj.opts {
@@ -852,25 +897,64 @@ func siaBranchAndBound(ctx context.Context, jobs []siaJob, free []int, capacity 
 
 // siaByType is a heuristic: each job goes to the type of its best option
 // at prices mu (that of its best option with GPUs if it is best without),
-// and each type's jobs are then solved exactly by siaDP on that type's
-// capacity. It returns each job's option (−1 for none) and the total
-// score.
+// each type's jobs are then solved exactly by siaDP on that type's
+// capacity, and jobs then move alone to better options where GPUs are
+// left. It returns each job's option (−1 for none) and the total score.
 func siaByType(jobs []siaJob, free []int, capacity []int, mu []float64) (map[int]int, int64) {
 	T := len(capacity)
 	byType := make([][]int, T)
+	// Each job's best reduced value per type; jobs with one best type
+	// first, then jobs tied between types go where most GPUs are left
+	// (the linear relaxation splits them so).
+	left := make([]float64, T)
+	for t := range T {
+		left[t] = float64(capacity[t])
+	}
+	type tied struct {
+		i     int
+		types []int
+		gpus  []int
+	}
+	var ties []tied
 	for _, i := range free {
-		best, bt := math.Inf(-1), -1
+		bestV := make([]float64, T)
+		bestG := make([]int, T)
+		for t := range T {
+			bestV[t] = math.Inf(-1)
+		}
 		for _, o := range jobs[i].options {
-			if v := float64(o.score) - mu[o.typ]*float64(o.gpus); v > best {
-				best, bt = v, o.typ
+			if v := float64(o.score) - mu[o.typ]*float64(o.gpus); v > bestV[o.typ] {
+				bestV[o.typ], bestG[o.typ] = v, o.gpus
 			}
 		}
-		if bt >= 0 {
-			byType[bt] = append(byType[bt], i)
+		top := slices.Max(bestV)
+		var tj tied
+		tj.i = i
+		for t := range T {
+			if bestV[t] >= top-1e-6*max(1, math.Abs(top)) && !math.IsInf(bestV[t], -1) {
+				tj.types = append(tj.types, t)
+				tj.gpus = append(tj.gpus, bestG[t])
+			}
+		}
+		if len(tj.types) == 1 {
+			byType[tj.types[0]] = append(byType[tj.types[0]], i)
+			left[tj.types[0]] -= float64(tj.gpus[0])
+		} else if len(tj.types) > 1 {
+			ties = append(ties, tj)
 		}
 	}
+	for _, tj := range ties {
+		k := 0
+		for x := range tj.types {
+			if left[tj.types[x]]-float64(tj.gpus[x]) > left[tj.types[k]]-float64(tj.gpus[k]) {
+				k = x
+			}
+		}
+		byType[tj.types[k]] = append(byType[tj.types[k]], tj.i)
+		left[tj.types[k]] -= float64(tj.gpus[k])
+	}
 	pick := make(map[int]int, len(free))
-	var total int64
+	used := make([]int, T)
 	for t, members := range byType {
 		// One-type subproblem: options of type t only, capacity of t.
 		sub := make([]siaJob, len(members))
@@ -895,13 +979,49 @@ func siaByType(jobs []siaJob, free []int, capacity []int, mu []float64) (map[int
 			pick[i] = -1
 			if ch[k] >= 0 {
 				pick[i] = back[k][ch[k]]
-				total += jobs[i].options[pick[i]].score
+				used[t] += jobs[i].options[pick[i]].gpus
 			}
 		}
 	}
 	for _, i := range free {
 		if _, ok := pick[i]; !ok {
 			pick[i] = -1
+		}
+	}
+	// Fill what is left: a job whose type had no room for it, or that
+	// gains from it, takes a better option where GPUs are free, until no
+	// job can improve alone.
+	for changed := true; changed; {
+		changed = false
+		for _, i := range free {
+			cur, curScore := pick[i], int64(0)
+			if cur >= 0 {
+				curScore = jobs[i].options[cur].score
+			}
+			best, bestScore := cur, curScore
+			for oi, o := range jobs[i].options {
+				room := capacity[o.typ] - used[o.typ]
+				if cur >= 0 && jobs[i].options[cur].typ == o.typ {
+					room += jobs[i].options[cur].gpus
+				}
+				if o.gpus <= room && o.score > bestScore {
+					best, bestScore = oi, o.score
+				}
+			}
+			if best != cur {
+				if cur >= 0 {
+					used[jobs[i].options[cur].typ] -= jobs[i].options[cur].gpus
+				}
+				used[jobs[i].options[best].typ] += jobs[i].options[best].gpus
+				pick[i] = best
+				changed = true
+			}
+		}
+	}
+	var total int64
+	for _, i := range free {
+		if pick[i] >= 0 {
+			total += jobs[i].options[pick[i]].score
 		}
 	}
 	return pick, total
@@ -936,7 +1056,7 @@ func siaBound(jobs []siaJob, free []int, capacity []int, mu []float64, sub []flo
 // planes (a small linear programme, gonum's Simplex), until the planes'
 // minimum comes within a relative 1e-7 of the best bound seen (then the
 // prices are optimal: the bound equals the linear relaxation's optimum).
-func siaRefinePrices(jobs []siaJob, free []int, capacity []int, mu []float64) []float64 {
+func siaRefinePrices(jobs []siaJob, free []int, capacity []int, mu []float64) ([]float64, [][]float64) {
 	T := len(capacity)
 	scale := 1.0
 	for _, i := range free {
@@ -972,7 +1092,7 @@ func siaRefinePrices(jobs []siaJob, free []int, capacity []int, mu []float64) []
 		best[t] = min(mu[t]/scale, hi)
 	}
 	bestL := eval(best)
-	for range 60 {
+	for range 200 {
 		K := len(cuts)
 		rows, cols := K+T, 1+T+K+T
 		a := mat.NewDense(rows, cols, nil)
@@ -1011,7 +1131,16 @@ func siaRefinePrices(jobs []siaJob, free []int, capacity []int, mu []float64) []
 	for t := range T {
 		best[t] *= scale
 	}
-	return best
+	// The last few prices tried, for the heuristics.
+	var tried [][]float64
+	for k := max(0, len(cuts)-siaHeuristicPrices); k < len(cuts); k++ {
+		m := make([]float64, T)
+		for t := range T {
+			m[t] = cuts[k].mu[t] * scale
+		}
+		tried = append(tried, m)
+	}
+	return best, tried
 }
 
 // siaPrices returns starting Lagrangian prices per type, in score units

@@ -85,6 +85,20 @@ func TestSiaConfigurationSpace(t *testing.T) {
 	}
 }
 
+// TestSiaMaxNodesByType: a type's configurations span at most its limit.
+func TestSiaMaxNodesByType(t *testing.T) {
+	pools := []pt.TypedPool{{Type: "t4", Nodes: 6, GPUs: 4, Speed: 1}}
+	in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
+		{ID: "a", MaxReplicas: 64, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
+	}}
+	for limits, want := range map[string]int{"": 24, "t4=2": 8, "a100=1": 24, "t4=3,a100=1": 12} {
+		out := runSia(t, newSia(t, policy.SiaConfig{MaxNodesByType: limits}), in)
+		if len(out["a"]) != want {
+			t.Errorf("limits %q: got %d GPUs, want %d", limits, len(out["a"]), want)
+		}
+	}
+}
+
 // TestSiaNewJobsGetOneGPU: jobs without a model may only run on 1 GPU of
 // some type (worth 1), and with enough GPUs every one does.
 func TestSiaNewJobsGetOneGPU(t *testing.T) {
@@ -306,11 +320,11 @@ func TestSiaLargeClusterSolver(t *testing.T) {
 
 // TestSiaConfigValidation: bad settings are refused, naming each.
 func TestSiaConfigValidation(t *testing.T) {
-	_, err := policy.NewSia(policy.SiaConfig{FairnessP: -500, LambdaN: -1, RestartPenalty: -3, Workers: -1})
+	_, err := policy.NewSia(policy.SiaConfig{FairnessP: -500, LambdaN: -1, RestartPenalty: -3, Workers: -1, MaxNodesByType: "t4=0"})
 	if err == nil {
 		t.Fatal("invalid settings accepted")
 	}
-	for _, want := range []string{"fairness p", "lambda_n", "restart penalty", "workers"} {
+	for _, want := range []string{"fairness p", "lambda_n", "restart penalty", "workers", "t4=0"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
