@@ -137,6 +137,31 @@ func (a *Application) MaxLocalBszFor(gpuType string, placement []int) int {
 	return m
 }
 
+// MaxLocalBszMeasured returns the largest local_bsz measured for a
+// placement on gpuType, and whether the placement (up to rotation) is
+// measured at all.
+func (a *Application) MaxLocalBszMeasured(gpuType string, placement []int) (int, bool) {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0, false
+	}
+	var buf [32]int
+	q, ok := nonZero(buf[:0], placement)
+	if !ok {
+		return 0, false
+	}
+	start := smallestRotation(q)
+	rows, ok := p.placements[placementID(append(slices.Clone(q[start:]), q[:start]...))]
+	if !ok {
+		return 0, false
+	}
+	m := 0
+	for _, r := range rows {
+		m = max(m, r.localBsz)
+	}
+	return m, true
+}
+
 // MaxLocalBszForReplicas returns the largest local_bsz among the measured
 // placements of gpuType with exactly replicas GPUs, and whether there is
 // one (the Sia artifact's memory correction in Job.update_local_bsz).

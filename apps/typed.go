@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 )
 
 // GPUType is one GPU type of the Sia artifact's profiles (data.SiaTraces):
@@ -127,4 +128,40 @@ func (a *Application) OneGPUThroughput(gpuType string) float64 {
 		return 0
 	}
 	return float64(maxLocal) / maxStep
+}
+
+// Measurement is one row of a placements file.
+type Measurement struct {
+	// Placement holds the GPUs per node.
+	Placement []int
+	// LocalBsz is the per-GPU micro-batch.
+	LocalBsz int
+	// StepTime and SyncTime are the measured seconds of a synchronising
+	// step and of its gradient synchronisation.
+	StepTime, SyncTime float64
+}
+
+// Measured returns the rows of the placements file of gpuType ("" = the
+// default type), ordered by placement and local_bsz.
+func (a *Application) Measured(gpuType string) []Measurement {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return nil
+	}
+	ids := make([]string, 0, len(p.placements))
+	for id := range p.placements {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var out []Measurement
+	for _, id := range ids {
+		for _, r := range p.placements[id] {
+			pl := make([]int, len(r.placement))
+			for i, c := range r.placement {
+				pl[i] = int(c - '0')
+			}
+			out = append(out, Measurement{Placement: pl, LocalBsz: r.localBsz, StepTime: r.stepTime, SyncTime: r.syncTime})
+		}
+	}
+	return out
 }

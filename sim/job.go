@@ -120,9 +120,17 @@ func (j *job) updateLocalBsz() {
 	}
 	app := j.app
 	minLocal, maxLocal := j.localBounds(j.gpuType)
-	if j.rules == RulesSia {
+	switch {
+	case j.rules == RulesSia:
 		if m := app.MaxLocalBszFor(j.gpuType, j.placement); m > 0 {
 			maxLocal = m
+		}
+	case j.gpuType != "":
+		// A measured placement of a typed profile may have been measured
+		// up to a smaller micro-batch than the type's largest (memory);
+		// beyond it the lookup fails, so cap there.
+		if m, ok := app.MaxLocalBszMeasured(j.gpuType, j.placement); ok && m < maxLocal {
+			maxLocal = max(m, minLocal)
 		}
 	}
 	batch := j.fixedBatch

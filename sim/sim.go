@@ -385,8 +385,10 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 			t = s.nodes[s.nodeIdx[cur[0]]].Type
 		}
 		placement := policy.Placement(cur)
-		if s.cfg.Rules == RulesSia {
+		if t != "" {
 			placement = siaPlacement(t, placement)
+		}
+		if s.cfg.Rules == RulesSia {
 			// Sia restarts a job only when its GPU type or the shape of
 			// its placement changes (cluster.py optimize_policy; job.py
 			// reallocate compares placement tuples, migrate the type).
