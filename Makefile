@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
-.PHONY: help build simulate test unit deps servers cluster-up cluster-down lint check bench fuzz fidelity quality load demo ci clean
+.PHONY: help build simulate test unit deps servers cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity quality load demo ci clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ fuzz: ## run each fuzz target for FUZZTIME
 
 fidelity: ## per-workload deviation of Tiresias/Optimus from the published JCTs
 	$(GO) test -count=1 -run 'TestFidelity' -v -timeout 60m ./sim/
+
+sia-fidelity: ## the sia policy under -rules sia vs the Sia artifact's run on sia-philly-1..8 (per-workload deviations)
+	$(GO) test -count=1 -run 'TestSiaFidelity' -v -timeout 30m ./sim/
 
 quality: ## Pollux vs published Pollux and vs Tiresias on generated workloads
 	$(GO) test -count=1 -run 'TestQuality' -v -timeout 60m ./sim/

@@ -148,7 +148,7 @@ func TestMergeHCLRefused(t *testing.T) {
 			wantErr: []string{"cfg.hcl:2,16-17: ga.population: must be in [2, 10000], got 1"}},
 		"fairness_p zero": {src: "fairness_p = 0\n", wantErr: []string{"cfg.hcl:1,14-15: fairness_p: 0 is not allowed"}},
 		"several at once": {src: "interval = \"0s\"\npolicy = \"x\"\n",
-			wantErr: []string{"cfg.hcl:1,12-16: interval: must be in [1s, 24h0m0s], got 0s", `cfg.hcl:2,10-13: policy: want pollux, tiresias or optimus, got "x"`}},
+			wantErr: []string{"cfg.hcl:1,12-16: interval: must be in [1s, 24h0m0s], got 0s", `cfg.hcl:2,10-13: policy: want pollux, tiresias, optimus or sia, got "x"`}},
 		"a variable":     {src: "device = gpu\n", wantErr: []string{"cfg.hcl:1,10-13: device: Variables not allowed"}},
 		"a function":     {src: "device = lower(\"A/B\")\n", wantErr: []string{"cfg.hcl:1,10-22: device: Function calls not allowed"}},
 		"redefined":      {src: "interval = \"10s\"\ninterval = \"20s\"\n", wantErr: []string{"cfg.hcl:2,1-9", `Attribute redefined; The argument "interval" was already set at cfg.hcl:1,1-9`}},

@@ -136,7 +136,7 @@ func TestConfigMergeJSON(t *testing.T) {
 		"negative penalty": {doc: `{"restart_penalty":"-1s"}`, wantErr: "restart_penalty"},
 		"not json":         {doc: `interval = "10s"`, wantErr: "failed to parse configuration"},
 		"two errors":       {doc: `{"interval":"0s","ga":{"population":1}}`, wantErr: "ga.population"},
-		"unknown policy":   {doc: `{"policy":"fifo"}`, wantErr: `policy: want pollux, tiresias or optimus, got "fifo"`},
+		"unknown policy":   {doc: `{"policy":"fifo"}`, wantErr: `policy: want pollux, tiresias, optimus or sia, got "fifo"`},
 		"baseline policy": {doc: `{"policy":"tiresias"}`, check: func(t *testing.T, c Config) {
 			if c.Policy != "tiresias" {
 				t.Errorf("policy %q", c.Policy)

@@ -74,6 +74,7 @@ func (t Traits) MaxReplicas(l JobLimits) int {
 type Settings struct {
 	Pollux   PolluxConfig
 	Tiresias TiresiasConfig
+	Sia      SiaConfig
 }
 
 // kind is one registered policy.
@@ -95,6 +96,15 @@ var kinds = map[string]kind{
 		uses:   func(s Settings) Settings { return Settings{Tiresias: s.Tiresias} },
 		make:   func(s Settings) (Policy, error) { return NewTiresias(s.Tiresias) },
 	},
+	"sia": {
+		// Sia tunes each job's batch size for its configuration
+		// (enable_bsz_tuning) and bounds its GPUs by twice the most it
+		// has been profiled on, shared across types (cluster.py,
+		// get_sia_multi_job_info with share_max_replicas).
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: ExploreReplicas},
+		uses:   func(s Settings) Settings { return Settings{Sia: s.Sia} },
+		make:   func(s Settings) (Policy, error) { return NewSia(s.Sia) },
+	},
 	"optimus": {
 		traits: Traits{NeedsOracle: true, Replicas: BatchReplicas},
 		uses:   func(Settings) Settings { return Settings{} },
@@ -103,7 +113,7 @@ var kinds = map[string]kind{
 }
 
 // Names lists the policies New knows, Pollux first.
-func Names() []string { return []string{"pollux", "tiresias", "optimus"} }
+func Names() []string { return []string{"pollux", "tiresias", "optimus", "sia"} }
 
 func lookup(name string) (kind, error) {
 	k, ok := kinds[name]

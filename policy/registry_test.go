@@ -17,7 +17,7 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("TraitsOf(%q): %v", name, err)
 		}
 	}
-	if _, err := New("fifo", Settings{}); err == nil || !strings.Contains(err.Error(), "pollux, tiresias, optimus") {
+	if _, err := New("fifo", Settings{}); err == nil || !strings.Contains(err.Error(), "pollux, tiresias, optimus, sia") {
 		t.Fatalf("unknown policy: %v", err)
 	}
 	if _, err := New("pollux", Settings{Pollux: PolluxConfig{FairnessP: 1000}}); err == nil {
@@ -35,7 +35,13 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%+v: max replicas %d, want %d", traits, got, want)
 		}
 	}
-	s := Settings{Pollux: PolluxConfig{Seed: 5}, Tiresias: TiresiasConfig{PromoteKnob: 2}}
+	if sia, _ := TraitsOf("sia"); !sia.UsesGoodput || !sia.AdaptiveBatch || sia.Replicas != ExploreReplicas {
+		t.Fatalf("traits: sia %+v", sia)
+	}
+	s := Settings{Pollux: PolluxConfig{Seed: 5}, Tiresias: TiresiasConfig{PromoteKnob: 2}, Sia: SiaConfig{ArtifactRestartPenalties: true}}
+	if Relevant("sia", s) != (Settings{Sia: s.Sia}) {
+		t.Fatalf("relevant settings: %+v", Relevant("sia", s))
+	}
 	if Relevant("tiresias", s) != (Settings{Tiresias: s.Tiresias}) || Relevant("pollux", s) != (Settings{Pollux: s.Pollux}) || Relevant("optimus", s) != (Settings{}) {
 		t.Fatalf("relevant settings: %+v, %+v", Relevant("tiresias", s), Relevant("pollux", s))
 	}

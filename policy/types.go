@@ -62,6 +62,11 @@ type Job struct {
 	// or a nil map, falls back to Goodput. A job runs on one GPU type at a
 	// time; moving it to another type is a restart.
 	TypedGoodput map[string]GoodputModel
+	// Restoring is true while the job is checkpointing and restoring
+	// after its last (re)allocation, making no progress yet. Sia keeps
+	// such a job's allocation (its simulator's preserve_ckpt_allocs);
+	// other policies ignore it.
+	Restoring bool
 }
 
 // GoodputOn returns the job's goodput model on GPU type t: its typed model

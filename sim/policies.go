@@ -1,6 +1,12 @@
 package sim
 
-import "github.com/pollux-nomad/pollux/policy"
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/pollux-nomad/pollux/policy"
+)
 
 // PolicyNames lists the policies NewPolicy knows.
 var PolicyNames = policy.Names()
@@ -9,4 +15,25 @@ var PolicyNames = policy.Names()
 // seed drives the Pollux genetic algorithm.
 func NewPolicy(name string, seed int64) (policy.Policy, error) {
 	return policy.New(name, policy.Settings{Pollux: policy.PolluxConfig{Seed: seed}})
+}
+
+// NewPolicyFor is NewPolicy for a simulator with the given rules: under
+// RulesSia the sia policy takes its restart penalties from the Sia
+// artifact's table (sia.py, get_restart_penalty), as the artifact's policy
+// does whatever delays its simulator charges, and caps a configuration's
+// nodes per type at SiaMaxPhysicalNodes.
+func NewPolicyFor(name string, seed int64, rules Rules) (policy.Policy, error) {
+	s := policy.Settings{Pollux: policy.PolluxConfig{Seed: seed}}
+	if rules == RulesSia {
+		s.Sia.ArtifactRestartPenalties = true
+		// The artifact's configurations span at most the nodes each type
+		// was profiled on (sia.py, populate_valid_configs).
+		var limits []string
+		for t, n := range SiaMaxPhysicalNodes {
+			limits = append(limits, fmt.Sprintf("%s=%d", t, n))
+		}
+		sort.Strings(limits)
+		s.Sia.MaxNodesByType = strings.Join(limits, ",")
+	}
+	return policy.New(name, s)
 }

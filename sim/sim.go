@@ -352,6 +352,9 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 		if j.submitted <= s.now && !j.done() {
 			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor, s.types, s.project)
 			pj.RestartTime = s.restartDelay(j)
+			// Still checkpointing/restoring from the last reallocation
+			// (Sia's scaling_underway: job.rescale_time > 0).
+			pj.Restoring = len(j.placement) > 0 && j.rescaleLeft > 0
 			in.Jobs = append(in.Jobs, pj)
 			if a := s.alloc[j.name]; len(a) > 0 {
 				in.Current[j.name] = a

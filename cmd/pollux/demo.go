@@ -31,7 +31,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		device  = fs.String("device", os.Getenv("POLLUX_DEVICE"), "GPU device type (default $POLLUX_DEVICE)")
 		timeout = fs.Duration("timeout", 45*time.Minute, "give up after this much real time")
 		outDir  = fs.String("out", "", "write per-job CSV and plots here")
-		polName = fs.String("policy", "pollux", "policy driving the real cluster and the simulation: pollux, tiresias or optimus")
+		polName = fs.String("policy", "pollux", "policy driving the real cluster and the simulation: pollux, tiresias, optimus or sia")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -23,7 +23,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.SetOutput(stderr)
 	var (
 		workloadPath = fs.String("workload", "", "workload CSV (name,time,application,num_replicas,batch_size), or the name of an embedded one: workload-1..8, sia-philly-1..8, sia-helios-1..10, sia-newtrace-1..10, sia-scale-{2,4,8,16,32}x")
-		policies     = fs.String("policy", "pollux", "policy: pollux, tiresias, optimus, or a comma-separated list, or all")
+		policies     = fs.String("policy", "pollux", "policy: "+strings.Join(sim.PolicyNames, ", ")+", or a comma-separated list, or all")
 		profiles     = fs.String("profiles", "", "directory of application profiles (default: the copy embedded in the binary)")
 		nodes        = fs.Int("nodes", 16, "number of nodes")
 		gpus         = fs.Int("gpus-per-node", 4, "GPUs per node")
@@ -93,7 +93,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	var runs []results.Run
 	for _, name := range names {
-		pol, err := sim.NewPolicy(name, *seed)
+		pol, err := sim.NewPolicyFor(name, *seed, rules)
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -143,7 +143,7 @@ func parsePolicies(s string) ([]string, error) {
 	for _, p := range strings.Split(s, ",") {
 		p = strings.TrimSpace(p)
 		if !slices.Contains(sim.PolicyNames, p) {
-			return nil, usageErr("-policy: unknown policy %q (want pollux, tiresias, optimus or all)", p)
+			return nil, usageErr("-policy: unknown policy %q (want %s or all)", p, strings.Join(sim.PolicyNames, ", "))
 		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
