@@ -101,7 +101,7 @@ var kinds = map[string]kind{
 		// (enable_bsz_tuning) and bounds its GPUs by twice the most it
 		// has been profiled on, shared across types (cluster.py,
 		// get_sia_multi_job_info with share_max_replicas).
-		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: ExploreReplicas},
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas},
 		uses:   func(s Settings) Settings { return Settings{Sia: s.Sia} },
 		make:   func(s Settings) (Policy, error) { return NewSia(s.Sia) },
 	},
