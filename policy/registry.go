@@ -21,6 +21,12 @@ type Traits struct {
 	NeedsOracle bool
 	// Replicas says how a job's MaxReplicas is bounded.
 	Replicas ReplicaBound
+	// ProjectedGoodput is true when, on a GPU type a job has not run on,
+	// the policy wants Sia's projection (the fitted goodput of another type
+	// times the ratio of one-GPU throughputs, model.Projected) in
+	// Job.TypedGoodput rather than the runner's bootstrapped model
+	// (model.BootstrapPerf).
+	ProjectedGoodput bool
 }
 
 // ReplicaBound is how a policy bounds the GPUs of one job.
