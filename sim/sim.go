@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -611,9 +612,14 @@ func (s *Simulator) bootstrap(j *job, target string, fitted map[string]policy.Go
 
 // project predicts a job's goodput on a GPU type it has no fit on: Sia's
 // projection (model.Projected) from the first fitted type in cluster
-// order, scaled by the ratio of the application's one-GPU throughputs.
+// order (under RulesSia in the Sia artifact's order, siaOrder), scaled by
+// the ratio of the application's one-GPU throughputs.
 func (s *Simulator) project(j *job, target string, fitted map[string]policy.GoodputModel) policy.GoodputModel {
-	for _, src := range s.types {
+	order := s.types
+	if s.cfg.Rules == RulesSia {
+		order = siaOrder(s.types)
+	}
+	for _, src := range order {
 		m, ok := fitted[src]
 		if !ok {
 			continue
@@ -718,4 +724,27 @@ func (s *Simulator) progress(gpus int) Progress {
 		}
 	}
 	return p
+}
+
+// siaTypeOrder is the order of the GPU types in the Sia artifact's
+// default cluster (simulator_config.py, cluster_nnodes: aws, dgx-ext,
+// rtx), followed by its other types; the artifact takes the first type
+// with a model in this order as the source of a projection (sia.py,
+// _compute_goodputs_v2).
+var siaTypeOrder = []string{"t4", "a100", "rtx2080ti", "v100", "rtx6000"}
+
+// siaOrder sorts types by siaTypeOrder, unknown types last in their order.
+func siaOrder(types []string) []string {
+	var out []string
+	for _, t := range siaTypeOrder {
+		if slices.Contains(types, t) {
+			out = append(out, t)
+		}
+	}
+	for _, t := range types {
+		if !slices.Contains(siaTypeOrder, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }

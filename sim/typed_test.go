@@ -239,3 +239,24 @@ func TestSiaRulesRestarts(t *testing.T) {
 		t.Errorf("JCT under Sia's rules %.0f s is not clearly slower than under Pollux's %.0f s (calibration 1.8)", sia.JCT(), pollux.JCT())
 	}
 }
+
+func TestTypedClusterRejectsBadInput(t *testing.T) {
+	a := typedApps(t, sim.RulesPollux)
+	jobs := []workload.Job{{Name: "a", Application: "cifar10", NumReplicas: 2, BatchSize: 256}}
+	for name, tc := range map[string]struct {
+		cfg sim.Config
+		msg string
+	}{
+		"unprofiled type": {sim.Config{Cluster: []sim.NodeGroup{{Type: "h100", Nodes: 1, GPUsPerNode: 8}}}, `no profile for GPU type "h100"`},
+		"empty type":      {sim.Config{Cluster: []sim.NodeGroup{{Nodes: 1, GPUsPerNode: 8}}}, "empty GPU type"},
+		"twice":           {sim.Config{Cluster: []sim.NodeGroup{{Type: "t4", Nodes: 1, GPUsPerNode: 4}, {Type: "t4", Nodes: 1, GPUsPerNode: 4}}}, "given twice"},
+		"ten GPUs":        {sim.Config{Cluster: []sim.NodeGroup{{Type: "t4", Nodes: 1, GPUsPerNode: 10}}}, "1 to 9 GPUs"},
+		"bad rules":       {sim.Config{Rules: "gavel"}, "unknown rules"},
+	} {
+		pol, _ := sim.NewPolicy("tiresias", 1)
+		_, err := sim.New(tc.cfg, a, jobs, "bad", pol)
+		if err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: New = %v, want an error containing %q", name, err, tc.msg)
+		}
+	}
+}
