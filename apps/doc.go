@@ -31,6 +31,11 @@
 //   - Progress: the minimum over validated batch sizes of the cumulative
 //     progress after an epoch.
 //
+// A typed application (LoadTypedAll, over the Sia artifact's profiles)
+// carries one throughput table per GPU type (ThroughputOn, LocalBszBounds,
+// MaxLocalBszFor, OneGPUThroughput); the statistical tables are shared by
+// all types.
+//
 // The package does no I/O of its own: Load reads from the fs.FS its caller
 // gives (data.Traces() for the embedded copy). An Application is immutable
 // after Load apart from internal memoisation, and safe for concurrent use.

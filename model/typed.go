@@ -210,3 +210,12 @@ func median(xs []float64) float64 {
 	}
 	return (xs[n/2-1] + xs[n/2]) / 2
 }
+
+// BootstrappedCache is a GoodputCache of a bootstrapped model (a type the
+// job has not run on); Bootstrapped tells it from a fitted one.
+type BootstrappedCache struct {
+	*GoodputCache
+}
+
+// Bootstrapped reports that the model is a prediction, not a fit.
+func (c *BootstrappedCache) Bootstrapped() bool { return true }

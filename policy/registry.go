@@ -26,6 +26,12 @@ type Traits struct {
 	// of a policy without it chooses each job's GPU type itself and keeps
 	// the job on that type (the Nomad controller: jobs/gputypes.go).
 	TypeAware bool
+	// ProjectedGoodput is true when, on a GPU type a job has not run on,
+	// the policy wants Sia's projection (the fitted goodput of another type
+	// times the ratio of one-GPU throughputs, model.Projected) in
+	// Job.TypedGoodput rather than the runner's bootstrapped model
+	// (model.BootstrapPerf).
+	ProjectedGoodput bool
 }
 
 // ReplicaBound is how a policy bounds the GPUs of one job.

@@ -53,6 +53,16 @@ type job struct {
 	grad       model.GradParams
 	haveGrad   bool
 	maxProfile map[string]int // per GPU type
+	// boot caches the bootstrapped model per type, with the fitted model
+	// it was derived from.
+	boot map[string]bootEntry
+}
+
+// bootEntry is a cached bootstrapped throughput model of one GPU type.
+type bootEntry struct {
+	src  *model.PerfParams
+	perf model.PerfParams
+	ok   bool
 }
 
 func (j *job) done() bool { return j.completion >= 0 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -181,6 +183,9 @@ type Simulator struct {
 	types       []string
 	gpusPerNode map[string]int
 	typeGPUs    map[string]int
+	// netScale[app][src][dst] scales a source type's network terms to the
+	// destination type for bootstrapped models (netScales).
+	netScale map[string]map[string]map[string]model.NetworkScale
 }
 
 // New prepares a simulation of the workload jobs under pol. applications
@@ -214,6 +219,11 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			}
 			s.nodeIdx[id] = len(s.nodes)
 			s.nodes = append(s.nodes, policy.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+		}
+	}
+	if len(s.types) > 1 && traits.UsesGoodput && !traits.ProjectedGoodput {
+		if s.netScale, err = netScales(applications, s.types); err != nil {
+			return nil, err
 		}
 	}
 	for i, w := range jobs {
@@ -350,7 +360,11 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	in := policy.Input{Now: s.now, Nodes: s.nodes, Current: policy.Allocations{}}
 	for _, j := range s.jobs {
 		if j.submitted <= s.now && !j.done() {
-			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor, s.types, s.project)
+			proj := s.bootstrap
+			if s.traits.ProjectedGoodput {
+				proj = s.project
+			}
+			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, s.cfg.ExploreFactor, s.types, proj)
 			pj.RestartTime = s.restartDelay(j)
 			// Still checkpointing/restoring from the last reallocation
 			// (Sia's scaling_underway: job.rescale_time > 0).
@@ -500,11 +514,115 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
+// netScales estimates, per application and pair of the cluster's GPU
+// types, how the network terms of a job's model carry over from one type
+// to another: model.NetworkScaleBetween over the other applications'
+// models fitted to their whole measured profiles on both types. It stands
+// for what a cluster learns from the jobs that ran on both types; the
+// job's own application is left out.
+func netScales(applications map[string]*apps.Application, types []string) (map[string]map[string]map[string]model.NetworkScale, error) {
+	fits := map[string]map[string]model.PerfParams{}
+	var names []string
+	for name, a := range applications {
+		names = append(names, name)
+		fits[name] = map[string]model.PerfParams{}
+		for _, t := range types {
+			var pts []model.ProfilePoint
+			for _, m := range a.Measured(t) {
+				k := 0
+				for _, g := range m.Placement {
+					k += g
+				}
+				pts = append(pts, model.ProfilePoint{Nodes: len(m.Placement), Replicas: k, LocalBsz: float64(m.LocalBsz),
+					AccumStepTime: math.Max(m.StepTime-m.SyncTime, 1e-6), OptimStepTime: m.StepTime})
+			}
+			if len(pts) == 0 {
+				continue
+			}
+			p, err := model.FitPerfParams(pts)
+			if err != nil {
+				return nil, fmt.Errorf("failed to fit the profile of %s on %s: %w", name, t, err)
+			}
+			fits[name][t] = p
+		}
+	}
+	sort.Strings(names)
+	out := map[string]map[string]map[string]model.NetworkScale{}
+	for _, name := range names {
+		out[name] = map[string]map[string]model.NetworkScale{}
+		for _, src := range types {
+			out[name][src] = map[string]model.NetworkScale{}
+			for _, dst := range types {
+				var pairs [][2]model.PerfParams
+				for _, other := range names {
+					ps, ok1 := fits[other][src]
+					pd, ok2 := fits[other][dst]
+					if other != name && ok1 && ok2 {
+						pairs = append(pairs, [2]model.PerfParams{ps, pd})
+					}
+				}
+				out[name][src][dst] = model.NetworkScaleBetween(pairs)
+			}
+		}
+	}
+	return out, nil
+}
+
+// bootstrap predicts a job's goodput on a GPU type it has not run on:
+// model.BootstrapPerf from its fit on the type it has the most points on
+// (the first in cluster order on a tie), two one-GPU probes on the target
+// (the job's true step times at the type's smallest and largest
+// micro-batch, as if profiled when it arrived; not charged any time) and
+// the network scale of netScales.
+func (s *Simulator) bootstrap(j *job, target string, fitted map[string]policy.GoodputModel) policy.GoodputModel {
+	best := ""
+	for _, t := range s.types {
+		if _, ok := fitted[t]; ok && (best == "" || len(j.points[t]) > len(j.points[best])) {
+			best = t
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	src := j.perf[best]
+	e, ok := j.boot[target]
+	if !ok || e.src != src {
+		lo, hi := j.localBounds(target)
+		var probes []model.ProfilePoint
+		for _, m := range []int{lo, hi} {
+			if mx, ok := j.app.MaxLocalBszMeasured(target, []int{1}); ok {
+				m = min(m, mx)
+			}
+			step, sync, err := j.app.ThroughputOn(target, []int{1}, m)
+			if err != nil {
+				continue
+			}
+			probes = append(probes, model.ProfilePoint{Nodes: 1, Replicas: 1, LocalBsz: float64(m), AccumStepTime: step - sync, OptimStepTime: step})
+		}
+		perf, err := model.BootstrapPerf(*src, probes, s.netScale[j.app.Name][best][target])
+		e = bootEntry{src: src, perf: perf, ok: err == nil}
+		if j.boot == nil {
+			j.boot = map[string]bootEntry{}
+		}
+		j.boot[target] = e
+	}
+	if !e.ok {
+		return s.project(j, target, fitted)
+	}
+	f := model.GoodputFunc{Perf: e.perf, Grad: j.grad, InitBatchSize: float64(j.app.InitBatchSize)}
+	return &model.BootstrappedCache{GoodputCache: model.NewGoodputCache(f, j.policyBounds(target))}
+}
+
 // project predicts a job's goodput on a GPU type it has no fit on: Sia's
 // projection (model.Projected) from the first fitted type in cluster
-// order, scaled by the ratio of the application's one-GPU throughputs.
+// order (under RulesSia in the Sia artifact's order, siaOrder), scaled by
+// the ratio of the application's one-GPU throughputs.
 func (s *Simulator) project(j *job, target string, fitted map[string]policy.GoodputModel) policy.GoodputModel {
-	for _, src := range s.types {
+	order := s.types
+	if s.cfg.Rules == RulesSia {
+		order = siaOrder(s.types)
+	}
+	for _, src := range order {
 		m, ok := fitted[src]
 		if !ok {
 			continue
@@ -609,4 +727,27 @@ func (s *Simulator) progress(gpus int) Progress {
 		}
 	}
 	return p
+}
+
+// siaTypeOrder is the order of the GPU types in the Sia artifact's
+// default cluster (simulator_config.py, cluster_nnodes: aws, dgx-ext,
+// rtx), followed by its other types; the artifact takes the first type
+// with a model in this order as the source of a projection (sia.py,
+// _compute_goodputs_v2).
+var siaTypeOrder = []string{"t4", "a100", "rtx2080ti", "v100", "rtx6000"}
+
+// siaOrder sorts types by siaTypeOrder, unknown types last in their order.
+func siaOrder(types []string) []string {
+	var out []string
+	for _, t := range siaTypeOrder {
+		if slices.Contains(types, t) {
+			out = append(out, t)
+		}
+	}
+	for _, t := range types {
+		if !slices.Contains(siaTypeOrder, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -76,6 +76,24 @@ func TestSimulateBadInput(t *testing.T) {
 			},
 			wantCode: 2, wantMsg: []string{"profiles"},
 		},
+		"bad cluster spec": {
+			args: func(*testing.T) []string {
+				return []string{"simulate", "-workload", "sia-philly-1", "-cluster", "t4:6x4,a100:2by8"}
+			},
+			wantCode: 2, wantMsg: []string{"-cluster", `part 2 "a100:2by8"`},
+		},
+		"cluster and nodes": {
+			args: func(*testing.T) []string {
+				return []string{"simulate", "-workload", "sia-philly-1", "-cluster", "t4:6x4", "-nodes", "3"}
+			},
+			wantCode: 2, wantMsg: []string{"-cluster replaces -nodes"},
+		},
+		"unknown rules": {
+			args: func(*testing.T) []string {
+				return []string{"simulate", "-workload", "sia-philly-1", "-rules", "gavel"}
+			},
+			wantCode: 2, wantMsg: []string{"-rules", `"gavel"`},
+		},
 		"unknown command": {
 			args: func(*testing.T) []string { return []string{"frobnicate"} }, wantCode: 2,
 			wantMsg: []string{"frobnicate"},
@@ -149,6 +167,29 @@ func TestSimulateJSON(t *testing.T) {
 	}
 	if strings.Join(policies, ",") != "tiresias,optimus" {
 		t.Errorf("policies %v, want tiresias then optimus", policies)
+	}
+}
+
+// TestSimulateTypedCluster: -cluster and -rules sia on an embedded Sia
+// workload give per-type utilisation and GPU-hours per job.
+func TestSimulateTypedCluster(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"simulate", "-workload", "sia-helios-1", "-policy", "tiresias", "-cluster", "t4:6x4,rtx2080ti:3x8,a100:2x8", "-rules", "sia", "-json"}
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	var s struct {
+		Workload  string             `json:"workload"`
+		Jobs      int                `json:"jobs"`
+		Completed int                `json:"completed"`
+		ByType    map[string]float64 `json:"gpu_utilization_by_type"`
+		GPUHours  float64            `json:"gpu_hours_per_job"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Workload != "sia-helios-1" || s.Jobs != 160 || s.Completed != 160 || len(s.ByType) != 3 || s.GPUHours <= 0 {
+		t.Errorf("summary %+v: want sia-helios-1, 160 of 160 jobs, 3 types, GPU-hours", s)
 	}
 }
 

@@ -1,0 +1,53 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pollux-nomad/pollux/policy"
+)
+
+func TestOneTypeEach(t *testing.T) {
+	s := &Simulator{types: []string{"t4", "a100"}, nodeIdx: map[string]int{}}
+	for i, n := range []policy.Node{{ID: "t4-0", Type: "t4"}, {ID: "t4-1", Type: "t4"}, {ID: "a100-0", Type: "a100"}} {
+		s.nodes = append(s.nodes, n)
+		s.nodeIdx[n.ID] = i
+	}
+	in := policy.Allocations{
+		"same":  {"t4-0", "t4-1"},
+		"major": {"a100-0", "t4-0", "t4-0", "t4-1"},
+		"tie":   {"a100-0", "t4-1"},
+	}
+	want := policy.Allocations{
+		"same":  {"t4-0", "t4-1"},
+		"major": {"t4-0", "t4-0", "t4-1"},
+		"tie":   {"a100-0"},
+	}
+	if diff := cmp.Diff(want, s.oneTypeEach(in)); diff != "" {
+		t.Errorf("oneTypeEach (-want +got):\n%s", diff)
+	}
+	if in["major"][0] != "a100-0" {
+		t.Error("oneTypeEach modified its input")
+	}
+}
+
+func TestSiaPlacement(t *testing.T) {
+	tests := []struct {
+		typ  string
+		in   []int
+		want []int
+	}{
+		{"a100", []int{8, 8}, []int{8, 8}},
+		{"a100", []int{8, 8, 4}, []int{10, 10}},
+		{"rtx2080ti", []int{8, 8, 8, 3}, []int{9, 9, 9}},
+		{"rtx2080ti", []int{2, 2, 2, 2, 1}, []int{3, 3, 3}},
+		{"t4", []int{4, 4}, []int{4, 4}},
+		{"h100", []int{1, 1, 1, 1, 1}, []int{1, 1, 1, 1, 1}},
+	}
+	for _, tc := range tests {
+		if got := siaPlacement(tc.typ, tc.in); !cmp.Equal(got, tc.want) {
+			t.Errorf("siaPlacement(%s, %v) = %v, want %v", tc.typ, tc.in, got, tc.want)
+		}
+	}
+}
