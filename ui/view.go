@@ -61,6 +61,7 @@ type nodeRow struct {
 	TextY      int
 	Name, ID   string
 	GPUs       int
+	Type       string // the node's GPU type; empty when types are not told apart
 	Cells      []gpuCell
 	Overcommit int // GPUs the jobs hold beyond the node's count (moving)
 }
@@ -203,7 +204,7 @@ func buildMap(st *jobs.Status, colors map[string]string) clusterMap {
 		if n.Other > 0 {
 			hs = append(hs, holder{"", kindOther, n.Other})
 		}
-		row := nodeRow{Y: y, TextY: y + gpuSize/2 + 5, Name: n.Name, ID: n.ID, GPUs: n.GPUs}
+		row := nodeRow{Y: y, TextY: y + gpuSize/2 + 5, Name: n.Name, ID: n.ID, GPUs: n.GPUs, Type: n.GPUType}
 		if row.Name == "" {
 			row.Name = n.ID
 		}
