@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -57,6 +58,42 @@ type Config struct {
 	// their KV keys are named by (default: NOMAD_NAMESPACE, else
 	// "default").
 	Namespace string
+	// Measured, if set, receives what the run measured for the
+	// simulator's side of the comparison.
+	Measured *Measured
+}
+
+// Measured is what a closed-loop run measured that the simulator needs to
+// model the same cluster, in emulated seconds.
+type Measured struct {
+	// RestartTimes is each job's restart time (by workload job name): the
+	// median of the controller's samples (state restart_samples) times
+	// the speedup. Jobs without a sample are absent.
+	RestartTimes map[string]float64
+	// RoundInterval is the median time between two controller rounds.
+	RoundInterval float64
+}
+
+// RestartDelays returns the measured restart times as the simulator's
+// per-job delays (sim.Config.JobRestartDelay); a job without a sample gets
+// the median of the others (none: absent, the simulator's default).
+func (m *Measured) RestartDelays(names []string) map[string]time.Duration {
+	var all []float64
+	for _, v := range m.RestartTimes {
+		all = append(all, v)
+	}
+	slices.Sort(all)
+	out := map[string]time.Duration{}
+	for _, n := range names {
+		v, ok := m.RestartTimes[n]
+		if !ok && len(all) > 0 {
+			v, ok = all[len(all)/2], true
+		}
+		if ok {
+			out[n] = time.Duration(v * float64(time.Second))
+		}
+	}
+	return out
 }
 
 // namespace returns the Nomad namespace of the demo's jobs.
@@ -206,6 +243,12 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 			var st jobs.State
 			if json.Unmarshal(raw, &st) == nil {
 				res.Restarts = st.Restarts
+				if cfg.Measured != nil && len(st.RestartSamples) > 0 {
+					if cfg.Measured.RestartTimes == nil {
+						cfg.Measured.RestartTimes = map[string]float64{}
+					}
+					cfg.Measured.RestartTimes[j.Name] = median(st.RestartSamples) * cfg.Speedup
+				}
 				res.GPUSeconds = st.AttainedService * cfg.Speedup
 				if st.Decision != nil {
 					res.FinalBatchSize = st.Decision.BatchSize
@@ -215,6 +258,13 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 		run.Jobs = append(run.Jobs, res)
 	}
 	sort.SliceStable(run.Timeline, func(a, b int) bool { return run.Timeline[a].Time < run.Timeline[b].Time })
+	if cfg.Measured != nil && len(run.Timeline) > 1 {
+		var gaps []float64
+		for i := 1; i < len(run.Timeline); i++ {
+			gaps = append(gaps, run.Timeline[i].Time-run.Timeline[i-1].Time)
+		}
+		cfg.Measured.RoundInterval = median(gaps)
+	}
 	run.Wall = time.Since(start)
 	return run, nil
 }
@@ -348,4 +398,19 @@ func (o profileOracle) StepTime(k int) float64 {
 		return math.Inf(1)
 	}
 	return step + (step-sync)*float64(accum)
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
