@@ -67,10 +67,15 @@ func restartTime(cfg Config, s *State) float64 {
 
 // restoring tells whether a job that holds GPUs is still restarting on its
 // last allocation at now: its restart is not measured yet and the write
-// is more recent than restart_time_max (a job that never reports progress
-// does not stay "restoring" for ever).
+// is more recent than twice its restart time (restart_penalty before the
+// first sample), and than restart_time_max, so that a job that never
+// reports progress does not stay "restoring" for ever.
 func restoring(cfg Config, s *State, running bool, now time.Time) bool {
-	return running && s.RestartOpen && cfg.RestartTimeMax > 0 && now.Sub(s.AppliedAt) < cfg.RestartTimeMax
+	if !running || !s.RestartOpen || cfg.RestartTimeMax <= 0 {
+		return false
+	}
+	window := min(cfg.RestartTimeMax.Seconds(), 2*max(restartTime(cfg, s), cfg.RestartPenalty.Seconds()))
+	return now.Sub(s.AppliedAt).Seconds() < window
 }
 
 // medianOf returns the median of xs (the mean of the middle two for an even

@@ -99,6 +99,10 @@ func TestRestartTimeMeasured(t *testing.T) {
 		t.Fatalf("job not restoring during its restart")
 	}
 	f.clock.Advance(60 * time.Second)
+	f.round(c) // 90 s after the write: more than twice the 40 s estimate
+	if j := policyJob(t, f.policy.input(), a); j.Restoring {
+		t.Fatalf("job still restoring 90 s after the write with a 40 s restart time")
+	}
 	f.putProgress(a, 21, nil)
 	f.round(c)
 	if s := f.state(a); s.RestartOpen || len(s.RestartSamples) != 2 || s.RestartSamples[1] != f.clock.Now().Sub(moved).Seconds() {
