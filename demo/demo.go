@@ -72,6 +72,11 @@ type Measured struct {
 	RestartTimes map[string]float64
 	// RoundInterval is the median time between two controller rounds.
 	RoundInterval float64
+	// StartLatencies is each job's time from its submission to its first
+	// training step (the worker's first restart object): the wait for a
+	// round, Nomad's placement and the worker's start. Jobs whose first
+	// start was not seen are absent.
+	StartLatencies map[string]float64
 }
 
 // RestartDelays returns the measured restart times as the simulator's
@@ -199,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	// Submit at the compressed submission times, and wait for completion.
 	next := 0
 	completed := make([]time.Time, len(cfg.Jobs))
+	firstStep := make([]time.Time, len(cfg.Jobs))
 	done := 0
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -222,6 +228,11 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 				if !completed[i].IsZero() {
 					continue
 				}
+				if cfg.Measured != nil && firstStep[i].IsZero() {
+					if at, ok := restartAt(ctx, cfg.Consul, prefix, cfg.namespace(), ids[i]); ok {
+						firstStep[i] = at
+					}
+				}
 				cp, ok := checkpoint(ctx, cfg.Consul, prefix, cfg.namespace(), ids[i])
 				if ok && cp.Done {
 					completed[i] = cp.CompletedAt
@@ -243,6 +254,12 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 			var st jobs.State
 			if json.Unmarshal(raw, &st) == nil {
 				res.Restarts = st.Restarts
+				if cfg.Measured != nil && !firstStep[i].IsZero() {
+					if cfg.Measured.StartLatencies == nil {
+						cfg.Measured.StartLatencies = map[string]float64{}
+					}
+					cfg.Measured.StartLatencies[j.Name] = max(firstStep[i].Sub(submitted[i]).Seconds(), 0) * cfg.Speedup
+				}
 				if cfg.Measured != nil && len(st.RestartSamples) > 0 {
 					if cfg.Measured.RestartTimes == nil {
 						cfg.Measured.RestartTimes = map[string]float64{}
@@ -347,6 +364,20 @@ func checkpoint(ctx context.Context, c *consulapi.Client, prefix, namespace, id 
 		return cp, false
 	}
 	return cp, json.Unmarshal(pair.Value, &cp) == nil
+}
+
+// restartAt returns the restart object's first-step time of a loop job's
+// metrics document, if it has one.
+func restartAt(ctx context.Context, c *consulapi.Client, prefix, namespace, id string) (time.Time, bool) {
+	pair, _, err := c.KV().Get(prefix+contract.MetricsKey(namespace, id), (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil || pair == nil {
+		return time.Time{}, false
+	}
+	d, err := contract.ParseMetrics(pair.Value)
+	if err != nil || d.Restart == nil {
+		return time.Time{}, false
+	}
+	return d.Restart.At, true
 }
 
 // oracleFor gives Optimus the true remaining iterations and step time of a

@@ -164,6 +164,10 @@ func TestJobRestartDelay(t *testing.T) {
 	if jct(slow, "cifar10-0") != jct(flat, "cifar10-0") {
 		t.Errorf("cifar10-0 changed with another job's delay: %v vs %v", jct(slow, "cifar10-0"), jct(flat, "cifar10-0"))
 	}
+	started := runSmall(t, "tiresias", sim.Config{Interval: time.Minute, JobStartDelay: map[string]time.Duration{"ncf-1": 10 * time.Minute}})
+	if d := jct(started, "ncf-1") - jct(flat, "ncf-1"); d < 9*60 || jct(started, "cifar10-0") != jct(flat, "cifar10-0") {
+		t.Errorf("a 10-minute start delay of ncf-1: JCT %v against %v, cifar10-0 %v against %v", jct(started, "ncf-1"), jct(flat, "ncf-1"), jct(started, "cifar10-0"), jct(flat, "cifar10-0"))
+	}
 	pol, err := sim.NewPolicy("tiresias", 1)
 	if err != nil {
 		t.Fatal(err)

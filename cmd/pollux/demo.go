@@ -98,11 +98,24 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		names[i] = j.Name
 	}
 	scfg := sim.Config{Nodes: len(nodes), GPUsPerNode: nodes[0].GPUs, JobRestartDelay: measured.RestartDelays(names)}
+	scfg.Interval = time.Minute
 	if measured.RoundInterval > 0 && !*flat {
 		scfg.Interval = time.Duration(measured.RoundInterval * float64(time.Second))
 	}
 	if !*flat {
-		fmt.Fprintf(stdout, "simulator: round interval %.0f s, restart times (s):", scfg.Interval.Seconds())
+		// A new job's first start: the measured latency from submission
+		// to its first step, less the simulator's mean wait for a round.
+		scfg.JobStartDelay = map[string]time.Duration{}
+		for n, v := range measured.StartLatencies {
+			scfg.JobStartDelay[n] = time.Duration(max(v-scfg.Interval.Seconds()/2, 0) * float64(time.Second))
+		}
+		fmt.Fprintf(stdout, "simulator: round interval %.0f s, start latencies (s):", scfg.Interval.Seconds())
+		for _, n := range names {
+			if v, ok := measured.StartLatencies[n]; ok {
+				fmt.Fprintf(stdout, " %s=%.0f", n, v)
+			}
+		}
+		fmt.Fprintf(stdout, "\nrestart times (s):")
 		for _, n := range names {
 			fmt.Fprintf(stdout, " %s=%.0f", n, scfg.JobRestartDelay[n].Seconds())
 		}
