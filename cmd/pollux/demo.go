@@ -103,12 +103,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		scfg.Interval = time.Duration(measured.RoundInterval * float64(time.Second))
 	}
 	if !*flat {
-		// A new job's first start: the measured latency from submission
-		// to its first step, less the simulator's mean wait for a round.
-		scfg.JobStartDelay = map[string]time.Duration{}
-		for n, v := range measured.StartLatencies {
-			scfg.JobStartDelay[n] = time.Duration(max(v-scfg.Interval.Seconds()/2, 0) * float64(time.Second))
-		}
+		scfg.JobStartDelay = startDelays(measured.StartLatencies, scfg.JobRestartDelay, scfg.Interval)
 		fmt.Fprintf(stdout, "simulator: round interval %.0f s, start latencies (s):", scfg.Interval.Seconds())
 		for _, n := range names {
 			if v, ok := measured.StartLatencies[n]; ok {
@@ -154,6 +149,20 @@ func capReplicas(jobs []workload.Job, gpus int) []workload.Job {
 	for i, j := range jobs {
 		j.NumReplicas = min(j.NumReplicas, gpus)
 		out[i] = j
+	}
+	return out
+}
+
+// startDelays returns the simulator's first-allocation delay of each job
+// from its measured start latency (submission to first step): less the
+// simulator's mean wait for a round (half an interval), and at most its
+// restart time plus one interval, since a longer latency is time queued
+// for GPUs, which the simulator models itself.
+func startDelays(latencies map[string]float64, restart map[string]time.Duration, interval time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for n, v := range latencies {
+		v = min(v, restart[n].Seconds()+interval.Seconds())
+		out[n] = time.Duration(max(v-interval.Seconds()/2, 0) * float64(time.Second))
 	}
 	return out
 }
