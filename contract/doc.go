@@ -21,7 +21,9 @@
 //     progress, grad_sqr, grad_var, profile, and the profile entries'
 //     fields in the order num_nodes, num_replicas, local_bsz, accum_steps,
 //     compute_time, step_time, sync_time, count, all of them always
-//     present, then gpu_type only when it is not empty;
+//     present, then gpu_type only when it is not empty; then, only when
+//     set, the restart object with its fields in the order restore_time,
+//     at (at formatted as timestamp);
 //   - the profile sorted by (num_nodes, num_replicas, local_bsz,
 //     accum_steps, gpu_type), ascending, gpu_type by bytes with an absent
 //     one first, each such key at most once;

@@ -21,6 +21,9 @@ const (
 	MaxMetricsSize = 512 << 10
 	// MaxProfileEntries is the largest number of profile entries accepted.
 	MaxProfileEntries = 4096
+	// MaxRestoreTime is the largest restart.restore_time accepted, in
+	// seconds (one day).
+	MaxRestoreTime = 86400
 	// maxReported bounds the problems Validate lists one by one.
 	maxReported = 50
 )
@@ -54,6 +57,39 @@ type Metrics struct {
 	GradVar float64 `json:"grad_var"`
 	// Profile holds one entry per observed configuration (at least one).
 	Profile []ProfileEntry `json:"profile"`
+	// Restart is the worker's report of how long its last (re)start took
+	// (optional, a contract addition of issue 13).
+	Restart *Restart `json:"restart,omitempty"`
+	// RestartErr is set by ParseMetrics when the document's restart
+	// object was invalid: the object is then dropped (Restart is nil) and
+	// the rest of the document kept. It is never encoded.
+	RestartErr error `json:"-"`
+}
+
+// Restart is the restart object of a metrics document: how long the
+// worker's last start took, from its process start to its first training
+// step (start-up, rendezvous and checkpoint restore), and when that step
+// began. The controller adds it to the time from its reallocation to the
+// worker's start to estimate the job's restart time.
+type Restart struct {
+	// RestoreTime is the start-up and checkpoint-restore time in seconds:
+	// finite, in [0, MaxRestoreTime].
+	RestoreTime float64 `json:"restore_time"`
+	// At is when the first step after the restore began (required).
+	At time.Time `json:"at"`
+}
+
+// Validate reports the restart object's problems, each naming its field
+// ("restart.restore_time: ...").
+func (r *Restart) Validate() error {
+	var errs []error
+	if !(r.RestoreTime >= 0 && r.RestoreTime <= MaxRestoreTime) {
+		errs = append(errs, fmt.Errorf("restart.restore_time: must be finite and in [0, %d] seconds, got %g", MaxRestoreTime, r.RestoreTime))
+	}
+	if y := r.At.UTC().Year(); r.At.IsZero() || y < 1 || y > 9999 {
+		errs = append(errs, fmt.Errorf("restart.at: must be set, in years 1 to 9999 UTC, got %s", r.At.Format(time.RFC3339Nano)))
+	}
+	return errors.Join(errs...)
 }
 
 // ProfileEntry is the mean step timing of one observed configuration.
@@ -106,6 +142,8 @@ func compareKeys(a, b key) int {
 // problem that Validate reports. Fields it does not know are ignored, so
 // that later minor revisions can add optional fields. The timestamp is
 // returned in UTC and negative zeros as zeros, as MarshalMetrics writes them.
+// An invalid restart object does not reject the document: it is dropped
+// and its problems are kept in RestartErr.
 func ParseMetrics(data []byte) (*Metrics, error) {
 	if len(data) > MaxMetricsSize {
 		return nil, fmt.Errorf("failed to parse metrics document: %w: %d bytes, at most %d", ErrTooLarge, len(data), MaxMetricsSize)
@@ -122,6 +160,13 @@ func ParseMetrics(data []byte) (*Metrics, error) {
 		e := &d.Profile[i]
 		for _, x := range []*float64{&e.ComputeTime, &e.StepTime, &e.SyncTime} {
 			*x = noNegativeZero(*x)
+		}
+	}
+	if d.Restart != nil {
+		d.Restart.RestoreTime = noNegativeZero(d.Restart.RestoreTime)
+		d.Restart.At = d.Restart.At.UTC()
+		if err := d.Restart.Validate(); err != nil {
+			d.Restart, d.RestartErr = nil, err
 		}
 	}
 	if err := d.Validate(); err != nil {
@@ -203,6 +248,11 @@ func (d *Metrics) Validate() error {
 			seen[e.key()] = i
 		}
 	}
+	if d.Restart != nil {
+		if err := d.Restart.Validate(); err != nil {
+			report("%w", err)
+		}
+	}
 	if extra > 0 {
 		errs = append(errs, fmt.Errorf("and %d more problems", extra))
 	}
@@ -240,6 +290,11 @@ func MarshalMetrics(d *Metrics) ([]byte, error) {
 	}
 	c := *d
 	c.Timestamp = d.Timestamp.UTC()
+	if d.Restart != nil {
+		r := *d.Restart
+		r.At = r.At.UTC()
+		c.Restart = &r
+	}
 	c.Profile = slices.Clone(d.Profile)
 	slices.SortFunc(c.Profile, func(a, b ProfileEntry) int { return compareKeys(a.key(), b.key()) })
 	b, err := json.Marshal(&c)

@@ -63,7 +63,24 @@ type State struct {
 	// died, or a write timed out) looks at the job to tell whether the
 	// write happened, and completes or drops the bookkeeping.
 	Pending *PendingApply `json:"pending,omitempty"`
+	// RestartSamples are the job's last measured restart times in seconds
+	// (at most MaxRestartSamples, oldest first, each in [0,
+	// MaxRestoreTime]): from the controller's write of an allocation to
+	// the job's first training step on it. Their median is the job's
+	// restart time (policy.Job.RestartTime).
+	RestartSamples []float64 `json:"restart_samples,omitempty"`
+	// RestartOpen is true from the write of an allocation until the
+	// restart it causes has been measured.
+	RestartOpen bool `json:"restart_open,omitempty"`
+	// Progress is the metrics document's progress when last read, and
+	// RestartProgress its value at the last write of an allocation: a
+	// newer document with another progress has made a step since.
+	Progress        float64 `json:"progress,omitempty"`
+	RestartProgress float64 `json:"restart_progress,omitempty"`
 }
+
+// MaxRestartSamples is the most restart-time samples a state keeps.
+const MaxRestartSamples = 5
 
 // PerfParams are the fitted throughput model's seven parameters as the
 // state stores them; the fields are model.PerfParams's, so the controller
@@ -202,6 +219,22 @@ func (s *State) Validate() error {
 	} {
 		if f.value < 0 || f.value > f.limit {
 			errs = append(errs, fmt.Errorf("%s: must be in [0, %d], got %d", f.name, f.limit, f.value))
+		}
+	}
+	if len(s.RestartSamples) > MaxRestartSamples {
+		errs = append(errs, fmt.Errorf("restart_samples: at most %d, got %d", MaxRestartSamples, len(s.RestartSamples)))
+	}
+	for i, x := range s.RestartSamples {
+		if !(x >= 0 && x <= MaxRestoreTime) {
+			errs = append(errs, fmt.Errorf("restart_samples[%d]: must be in [0, %d], got %g", i, MaxRestoreTime, x))
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value float64
+	}{{"progress", s.Progress}, {"restart_progress", s.RestartProgress}} {
+		if !(f.value >= 0) || math.IsInf(f.value, 1) {
+			errs = append(errs, fmt.Errorf("%s: must be finite and non-negative, got %g", f.name, f.value))
 		}
 	}
 	if !(s.AttainedService >= 0 && s.AttainedService <= MaxAttainedService) {

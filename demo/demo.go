@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -57,6 +58,47 @@ type Config struct {
 	// their KV keys are named by (default: NOMAD_NAMESPACE, else
 	// "default").
 	Namespace string
+	// Measured, if set, receives what the run measured for the
+	// simulator's side of the comparison.
+	Measured *Measured
+}
+
+// Measured is what a closed-loop run measured that the simulator needs to
+// model the same cluster, in emulated seconds.
+type Measured struct {
+	// RestartTimes is each job's restart time (by workload job name): the
+	// median of the controller's samples (state restart_samples) times
+	// the speedup. Jobs without a sample are absent.
+	RestartTimes map[string]float64
+	// RoundInterval is the median time between two controller rounds.
+	RoundInterval float64
+	// StartLatencies is each job's time from its submission to its first
+	// training step (the worker's first restart object): the wait for a
+	// round, Nomad's placement and the worker's start. Jobs whose first
+	// start was not seen are absent.
+	StartLatencies map[string]float64
+}
+
+// RestartDelays returns the measured restart times as the simulator's
+// per-job delays (sim.Config.JobRestartDelay); a job without a sample gets
+// the median of the others (none: absent, the simulator's default).
+func (m *Measured) RestartDelays(names []string) map[string]time.Duration {
+	var all []float64
+	for _, v := range m.RestartTimes {
+		all = append(all, v)
+	}
+	slices.Sort(all)
+	out := map[string]time.Duration{}
+	for _, n := range names {
+		v, ok := m.RestartTimes[n]
+		if !ok && len(all) > 0 {
+			v, ok = all[len(all)/2], true
+		}
+		if ok {
+			out[n] = time.Duration(v * float64(time.Second))
+		}
+	}
+	return out
 }
 
 // namespace returns the Nomad namespace of the demo's jobs.
@@ -162,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	// Submit at the compressed submission times, and wait for completion.
 	next := 0
 	completed := make([]time.Time, len(cfg.Jobs))
+	firstStep := make([]time.Time, len(cfg.Jobs))
 	done := 0
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -185,6 +228,11 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 				if !completed[i].IsZero() {
 					continue
 				}
+				if cfg.Measured != nil && firstStep[i].IsZero() {
+					if at, ok := restartAt(ctx, cfg.Consul, prefix, cfg.namespace(), ids[i]); ok {
+						firstStep[i] = at
+					}
+				}
 				cp, ok := checkpoint(ctx, cfg.Consul, prefix, cfg.namespace(), ids[i])
 				if ok && cp.Done {
 					completed[i] = cp.CompletedAt
@@ -206,6 +254,18 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 			var st jobs.State
 			if json.Unmarshal(raw, &st) == nil {
 				res.Restarts = st.Restarts
+				if cfg.Measured != nil && !firstStep[i].IsZero() {
+					if cfg.Measured.StartLatencies == nil {
+						cfg.Measured.StartLatencies = map[string]float64{}
+					}
+					cfg.Measured.StartLatencies[j.Name] = max(firstStep[i].Sub(submitted[i]).Seconds(), 0) * cfg.Speedup
+				}
+				if cfg.Measured != nil && len(st.RestartSamples) > 0 {
+					if cfg.Measured.RestartTimes == nil {
+						cfg.Measured.RestartTimes = map[string]float64{}
+					}
+					cfg.Measured.RestartTimes[j.Name] = median(st.RestartSamples) * cfg.Speedup
+				}
 				res.GPUSeconds = st.AttainedService * cfg.Speedup
 				if st.Decision != nil {
 					res.FinalBatchSize = st.Decision.BatchSize
@@ -215,6 +275,13 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 		run.Jobs = append(run.Jobs, res)
 	}
 	sort.SliceStable(run.Timeline, func(a, b int) bool { return run.Timeline[a].Time < run.Timeline[b].Time })
+	if cfg.Measured != nil && len(run.Timeline) > 1 {
+		var gaps []float64
+		for i := 1; i < len(run.Timeline); i++ {
+			gaps = append(gaps, run.Timeline[i].Time-run.Timeline[i-1].Time)
+		}
+		cfg.Measured.RoundInterval = median(gaps)
+	}
 	run.Wall = time.Since(start)
 	return run, nil
 }
@@ -299,6 +366,20 @@ func checkpoint(ctx context.Context, c *consulapi.Client, prefix, namespace, id 
 	return cp, json.Unmarshal(pair.Value, &cp) == nil
 }
 
+// restartAt returns the restart object's first-step time of a loop job's
+// metrics document, if it has one.
+func restartAt(ctx context.Context, c *consulapi.Client, prefix, namespace, id string) (time.Time, bool) {
+	pair, _, err := c.KV().Get(prefix+contract.MetricsKey(namespace, id), (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil || pair == nil {
+		return time.Time{}, false
+	}
+	d, err := contract.ParseMetrics(pair.Value)
+	if err != nil || d.Restart == nil {
+		return time.Time{}, false
+	}
+	return d.Restart.At, true
+}
+
 // oracleFor gives Optimus the true remaining iterations and step time of a
 // loop job, from its application's profile and its worker's checkpoint
 // (the artifact's Optimus+Oracle reads the same from its traces).
@@ -348,4 +429,19 @@ func (o profileOracle) StepTime(k int) float64 {
 		return math.Inf(1)
 	}
 	return step + (step-sync)*float64(accum)
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }

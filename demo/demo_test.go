@@ -2,6 +2,7 @@ package demo
 
 import (
 	"testing"
+	"time"
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/workload"
@@ -36,5 +37,28 @@ func TestJobsFollowNamespace(t *testing.T) {
 				t.Errorf("keys named by namespace %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMeasuredRestartDelays: measured restart times become the
+// simulator's per-job delays; a job without a sample gets the median of
+// the others.
+func TestMeasuredRestartDelays(t *testing.T) {
+	m := &Measured{RestartTimes: map[string]float64{"a": 100, "b": 150, "c": 400}}
+	got := m.RestartDelays([]string{"a", "b", "c", "d"})
+	want := map[string]time.Duration{"a": 100 * time.Second, "b": 150 * time.Second, "c": 400 * time.Second, "d": 150 * time.Second}
+	if len(got) != len(want) {
+		t.Fatalf("delays %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("delay of %s: %v, want %v", k, got[k], v)
+		}
+	}
+	if got := (&Measured{}).RestartDelays([]string{"a"}); len(got) != 0 {
+		t.Errorf("nothing measured: %v, want no delays (the simulator's default)", got)
+	}
+	if median([]float64{3, 1, 2, 10}) != 2.5 {
+		t.Errorf("median of 1, 2, 3, 10: %v", median([]float64{3, 1, 2, 10}))
 	}
 }

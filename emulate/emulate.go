@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.GPUSpeed <= 0 {
 		cfg.GPUSpeed = 1
 	}
+	started := time.Now() // about the process start: Run is called first thing
 	log := cfg.Logger.Named("emulate").With("app", cfg.App.Name, "rank", cfg.Rank, "gpu_type", cfg.GPUType)
 	key := cfg.Prefix + contract.CheckpointKey(cfg.Namespace, cfg.ID)
 	kv := cfg.Consul.KV()
@@ -119,6 +120,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer tick.Stop()
 	last := time.Now()
 	lastSave := time.Time{}
+	// Training starts now: report how long the start and the checkpoint
+	// restore took (the controller measures the job's restart time from
+	// it).
+	if err := cfg.Reporter.Restarted(last.Sub(started).Seconds(), last); err != nil {
+		log.Warn("failed to record the restart", "error", err)
+	}
 	for {
 		select {
 		case <-ctx.Done():

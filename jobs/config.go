@@ -24,6 +24,11 @@ type Config struct {
 	FairnessP float64
 	// RestartPenalty is the restart delay δ of the fitness. Default 30s.
 	RestartPenalty time.Duration
+	// RestartTimeMax caps a job's measured restart time (the median of
+	// its last samples, from the write of an allocation to its first
+	// step on it) before the policy uses it in place of RestartPenalty.
+	// Default 10m; 0 ignores measurements (RestartPenalty for every job).
+	RestartTimeMax time.Duration
 	// Device is the Nomad device type of a GPU. Default "nvidia/gpu".
 	Device string
 	// NodePool restricts the controller to nodes of one pool ("" = all).
@@ -76,6 +81,7 @@ func DefaultConfig() Config {
 		Interval:              60 * time.Second,
 		FairnessP:             -1,
 		RestartPenalty:        30 * time.Second,
+		RestartTimeMax:        10 * time.Minute,
 		StateGCGrace:          24 * time.Hour,
 		Device:                "nvidia/gpu",
 		KVPrefix:              "pollux/",
@@ -94,6 +100,7 @@ type configDoc struct {
 	Interval              *string             `json:"interval" hcl:"interval,optional"`
 	FairnessP             *float64            `json:"fairness_p" hcl:"fairness_p,optional"`
 	RestartPenalty        *string             `json:"restart_penalty" hcl:"restart_penalty,optional"`
+	RestartTimeMax        *string             `json:"restart_time_max" hcl:"restart_time_max,optional"`
 	StateGCGrace          *string             `json:"state_gc_grace" hcl:"state_gc_grace,optional"`
 	Device                *string             `json:"device" hcl:"device,optional"`
 	NodePool              *string             `json:"node_pool" hcl:"node_pool,optional"`
@@ -160,6 +167,7 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 	}
 	dur("interval", d.Interval, &out.Interval)
 	dur("restart_penalty", d.RestartPenalty, &out.RestartPenalty)
+	dur("restart_time_max", d.RestartTimeMax, &out.RestartTimeMax)
 	dur("state_gc_grace", d.StateGCGrace, &out.StateGCGrace)
 	if d.FairnessP != nil {
 		out.FairnessP = *d.FairnessP
@@ -250,6 +258,9 @@ func (c Config) problems() []error {
 	}
 	if c.RestartPenalty < 0 || c.RestartPenalty > maxConfigDuration {
 		bad("restart_penalty", "must be in [0s, %s], got %s", maxConfigDuration, c.RestartPenalty)
+	}
+	if c.RestartTimeMax < 0 || c.RestartTimeMax > maxConfigDuration {
+		bad("restart_time_max", "must be in [0s, %s], got %s", maxConfigDuration, c.RestartTimeMax)
 	}
 	if c.StateGCGrace < 0 || c.StateGCGrace > maxGCGrace {
 		bad("state_gc_grace", "must be in [0s, %s], got %s", maxGCGrace, c.StateGCGrace)

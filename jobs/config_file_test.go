@@ -16,7 +16,7 @@ import (
 // allFieldsJSON and allFieldsHCL set every field to a non-default value,
 // the same in both syntaxes.
 const (
-	allFieldsJSON = `{"interval":"10s","fairness_p":-0.5,"restart_penalty":"1m","device":"nomad/file/mock","node_pool":"gpu",` +
+	allFieldsJSON = `{"interval":"10s","fairness_p":-0.5,"restart_penalty":"1m","restart_time_max":"5m","device":"nomad/file/mock","node_pool":"gpu",` +
 		`"max_gpus_per_job":16,"dry_run":true,"kv_prefix":"px/","interference_avoidance":false,"explore_factor":2,` +
 		`"policy":"tiresias","gpu_type_source":"attr.gpu.model","gpu_type_map":{"Tesla T4":"t4"},"gpu_type_speed":{"t4":1.5},` +
 		`"ga":{"population":50,"generations":20,"seed":-7}}`
@@ -24,6 +24,7 @@ const (
 interval               = "10s"
 fairness_p             = -0.5
 restart_penalty        = "1m"
+restart_time_max       = "5m"
 device                 = "nomad/file/mock"
 node_pool              = "gpu"
 max_gpus_per_job       = 16

@@ -53,6 +53,7 @@ func TestMergeJSONHostile(t *testing.T) {
 		"sub-second interval":       {doc: `{"interval":"999ms"}`, wantErr: []string{"interval: must be in [1s, 24h0m0s], got 999ms"}},
 		"interval of a year":        {doc: `{"interval":"8760h"}`, wantErr: []string{"interval: must be in [1s, 24h0m0s], got 8760h0m0s"}},
 		"negative restart":          {doc: `{"restart_penalty":"-1s"}`, wantErr: []string{"restart_penalty: must be in [0s, 24h0m0s], got -1s"}},
+		"negative restart_time_max": {doc: `{"restart_time_max":"-1s"}`, wantErr: []string{"restart_time_max: must be in [0s, 24h0m0s], got -1s"}},
 		"restart penalty of 100y":   {doc: `{"restart_penalty":"876000h"}`, wantErr: []string{"restart_penalty: must be in [0s, 24h0m0s], got 876000h0m0s"}},
 		"fairness_p zero":           {doc: `{"fairness_p":0}`, wantErr: []string{"fairness_p: 0 is not allowed"}},
 		"fairness_p negative zero":  {doc: `{"fairness_p":-0}`, wantErr: []string{"fairness_p: 0 is not allowed"}},

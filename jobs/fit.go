@@ -124,6 +124,7 @@ func (c *Controller) commit(s *State, alloc []string, d *Decision, index uint64,
 		s.Restarts++
 	}
 	s.Allocation = alloc
+	openRestart(s, alloc)
 	s.Decision = d
 	s.AppliedIndex = index
 	s.AppliedAt = at
@@ -146,6 +147,9 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 		c.metrics.incError("read_metrics")
 	case idx != e.state.MetricsIndex:
 		doc, perr := contract.ParseMetrics(raw)
+		if perr == nil {
+			c.observeRestart(ref, e.state, doc)
+		}
 		if perr == nil && r.cfg.typed() {
 			perr = c.refitTyped(r, e, doc)
 		} else if perr == nil {

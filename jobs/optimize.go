@@ -111,6 +111,8 @@ func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
 		MinReplicas:     e.spec.MinGPUs,
 		MaxReplicas:     max(r.traits.MaxReplicas(limits), 0),
 		NumRestarts:     e.state.Restarts,
+		RestartTime:     restartTime(r.cfg, e.state),
+		Restoring:       restoring(r.cfg, e.state, len(e.job.Running) > 0, r.start),
 	}
 	if pj.MinReplicas > pj.MaxReplicas {
 		pj.MinReplicas = pj.MaxReplicas

@@ -87,6 +87,14 @@ type PolluxConfig struct {
 	// at this many seconds, so that old jobs are not restarted for gains
 	// a young job would not get. 0 means no cap (the artifact's factor).
 	RestartHorizon float64
+	// MoveRestoring lets the policy change the allocation of a job that
+	// is still restarting on its current one (Job.Restoring) as of any
+	// other running job. The default (false) keeps such a job where it is,
+	// as Sia's preserve_ckpt_allocs: its restart is mostly paid, a move
+	// pays a whole one again before it made any progress, and with
+	// restart times longer than the round interval the search otherwise
+	// moves the same young jobs round after round.
+	MoveRestoring bool
 	// DisableInterferenceAvoidance turns off the repair step that keeps
 	// two distributed jobs off one node. The default (false) avoids
 	// interference, as the artifact does.
@@ -541,6 +549,10 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 func polluxJobRestartFactor(job *Job, running bool, cfg PolluxConfig) float64 {
 	if !running && !cfg.PenalizeStarts {
 		return 1
+	}
+	if running && job.Restoring && !cfg.MoveRestoring {
+		// Any change leaves the job at the 1e-3 floor of the fitness.
+		return 0
 	}
 	delta := cfg.RestartPenalty
 	if job.RestartTime > 0 {

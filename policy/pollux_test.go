@@ -585,3 +585,27 @@ func TestPolluxFewerFreeGPUsThanNodes(t *testing.T) {
 		t.Errorf("allocated %d GPUs, want the one free GPU used: %v", n, got)
 	}
 }
+
+func TestPolluxKeepsRestoringJob(t *testing.T) {
+	// Two identical old jobs could each grow from 2 to 4 GPUs (1.9x); the
+	// one still restoring on its current allocation keeps it (by
+	// default), the other grows. With MoveRestoring both grow.
+	nodes := policytest.Nodes(2, 4)
+	jobs := policytest.Jobs(
+		policytest.Job("running").GPUs(1, 4).Goodput(policytest.Linear()).Age(1e6).Restarts(1),
+		policytest.Job("restoring").GPUs(1, 4).Goodput(policytest.Linear()).Age(1e6).Restarts(1),
+	)
+	jobs[1].Restoring = true
+	current := policy.Allocations{"running": {"n00", "n00"}, "restoring": {"n01", "n01"}}
+	for _, move := range []bool{false, true} {
+		p := newPollux(t, policy.PolluxConfig{Seed: 1, MoveRestoring: move})
+		got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes, Current: current})
+		want := policy.Allocations{"running": {"n00", "n00", "n00", "n00"}, "restoring": {"n01", "n01"}}
+		if move {
+			want["restoring"] = []string{"n01", "n01", "n01", "n01"}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("MoveRestoring %v: allocation (-want +got):\n%s", move, diff)
+		}
+	}
+}

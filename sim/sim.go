@@ -49,6 +49,14 @@ type Config struct {
 	// application: 25–250 s in Sia's artifact). The policy is told each
 	// job's delay (policy.Job.RestartTime).
 	AppRestartDelay map[string]time.Duration
+	// JobRestartDelay, where it names a job (the workload's name column),
+	// replaces AppRestartDelay and RestartDelay for that job: restart
+	// times measured on a real cluster (the closed-loop demo).
+	JobRestartDelay map[string]time.Duration
+	// JobStartDelay, where it names a job, is charged on the job's first
+	// allocation instead of its restart delay: on a real cluster a new
+	// job's first start also waits for the scheduler's placement.
+	JobStartDelay map[string]time.Duration
 	// Interference is the slowdown of a distributed job sharing a node with
 	// another distributed job (default 0, as the artifact's evaluation).
 	Interference float64
@@ -143,6 +151,16 @@ func (c Config) Validate() error {
 	}
 	if c.Interval < 0 || c.RestartDelay < 0 || c.MaxTime < 0 {
 		errs = append(errs, errors.New("interval, restart delay and max time must not be negative"))
+	}
+	for name, d := range c.JobStartDelay {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("start delay of job %q: must not be negative, got %s", name, d))
+		}
+	}
+	for name, d := range c.JobRestartDelay {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("restart delay of job %q: must not be negative, got %s", name, d))
+		}
 	}
 	for app, d := range c.AppRestartDelay {
 		if d < 0 {
@@ -410,7 +428,11 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 				continue
 			}
 		}
-		j.reallocate(t, placement, s.restartDelay(j))
+		delay := s.restartDelay(j)
+		if d, ok := s.cfg.JobStartDelay[j.name]; ok && j.restarts < 0 {
+			delay = d.Seconds()
+		}
+		j.reallocate(t, placement, delay)
 	}
 	s.alloc = policy.Allocations{}
 	for id, a := range next {
@@ -638,6 +660,9 @@ func (s *Simulator) project(j *job, target string, fitted map[string]policy.Good
 
 // restartDelay is the job's restart delay in seconds.
 func (s *Simulator) restartDelay(j *job) float64 {
+	if d, ok := s.cfg.JobRestartDelay[j.name]; ok {
+		return d.Seconds()
+	}
 	if d, ok := s.cfg.AppRestartDelay[j.app.Name]; ok {
 		return d.Seconds()
 	}

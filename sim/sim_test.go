@@ -142,3 +142,37 @@ func TestLoadWorkloadErrors(t *testing.T) {
 		t.Errorf("embedded workload-3: %d jobs, name %q, err %v", len(jobs), name, err)
 	}
 }
+
+// TestJobRestartDelay: a job's own restart delay replaces the flat one
+// for that job only: a long delay of one job lengthens its completion
+// time, not the others'.
+func TestJobRestartDelay(t *testing.T) {
+	flat := runSmall(t, "tiresias", sim.Config{Interval: time.Minute})
+	slow := runSmall(t, "tiresias", sim.Config{Interval: time.Minute, JobRestartDelay: map[string]time.Duration{"ncf-1": 10 * time.Minute}})
+	jct := func(r results.Run, name string) float64 {
+		for _, j := range r.Jobs {
+			if j.Name == name {
+				return j.JCT()
+			}
+		}
+		t.Fatalf("no job %s", name)
+		return 0
+	}
+	if d := jct(slow, "ncf-1") - jct(flat, "ncf-1"); d < 9*60 {
+		t.Errorf("ncf-1 JCT %v with a 10-minute restart, %v with 30 s: want at least 9 minutes more", jct(slow, "ncf-1"), jct(flat, "ncf-1"))
+	}
+	if jct(slow, "cifar10-0") != jct(flat, "cifar10-0") {
+		t.Errorf("cifar10-0 changed with another job's delay: %v vs %v", jct(slow, "cifar10-0"), jct(flat, "cifar10-0"))
+	}
+	started := runSmall(t, "tiresias", sim.Config{Interval: time.Minute, JobStartDelay: map[string]time.Duration{"ncf-1": 10 * time.Minute}})
+	if d := jct(started, "ncf-1") - jct(flat, "ncf-1"); d < 9*60 || jct(started, "cifar10-0") != jct(flat, "cifar10-0") {
+		t.Errorf("a 10-minute start delay of ncf-1: JCT %v against %v, cifar10-0 %v against %v", jct(started, "ncf-1"), jct(flat, "ncf-1"), jct(started, "cifar10-0"), jct(flat, "cifar10-0"))
+	}
+	pol, err := sim.NewPolicy("tiresias", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.New(sim.Config{JobRestartDelay: map[string]time.Duration{"x": -time.Second}}, applications(t), smallWorkload(), "bad", pol); err == nil {
+		t.Error("a negative job restart delay was accepted")
+	}
+}

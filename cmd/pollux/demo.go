@@ -31,6 +31,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		device  = fs.String("device", os.Getenv("POLLUX_DEVICE"), "GPU device type (default $POLLUX_DEVICE)")
 		timeout = fs.Duration("timeout", 45*time.Minute, "give up after this much real time")
 		outDir  = fs.String("out", "", "write per-job CSV and plots here")
+		flat    = fs.Bool("flat-sim", false, "simulate with the flat 30 s restarts and 60 s rounds instead of the restart times and round cadence measured on the cluster")
 		polName = fs.String("policy", "pollux", "policy driving the real cluster and the simulation: pollux, tiresias, optimus or sia")
 	)
 	if err := parseFlags(fs, args); err != nil {
@@ -77,9 +78,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	jobsSlice = capReplicas(jobsSlice, total)
 	label := fmt.Sprintf("%s[:%d]", name, len(jobsSlice))
+	measured := &demo.Measured{}
 	real, err := demo.Run(ctx, demo.Config{
 		Jobs: jobsSlice, Workload: label, Apps: applications, Speedup: *speedup, Binary: exe,
 		Device: *device, Nomad: nc, Consul: cc, Logger: log, Timeout: *timeout, Policy: *polName,
+		Measured: measured,
 	})
 	if err != nil {
 		return err
@@ -88,7 +91,34 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	s, err := sim.New(sim.Config{Nodes: len(nodes), GPUsPerNode: nodes[0].GPUs}, applications, jobsSlice, label+" (simulated)", pol)
+	// The simulator models the cluster as measured: each job's restart
+	// time and the controller's round cadence, in emulated seconds.
+	names := make([]string, len(jobsSlice))
+	for i, j := range jobsSlice {
+		names[i] = j.Name
+	}
+	scfg := sim.Config{Nodes: len(nodes), GPUsPerNode: nodes[0].GPUs, JobRestartDelay: measured.RestartDelays(names)}
+	scfg.Interval = time.Minute
+	if measured.RoundInterval > 0 && !*flat {
+		scfg.Interval = time.Duration(measured.RoundInterval * float64(time.Second))
+	}
+	if !*flat {
+		scfg.JobStartDelay = startDelays(measured.StartLatencies, scfg.JobRestartDelay, scfg.Interval)
+		fmt.Fprintf(stdout, "simulator: round interval %.0f s, start latencies (s):", scfg.Interval.Seconds())
+		for _, n := range names {
+			if v, ok := measured.StartLatencies[n]; ok {
+				fmt.Fprintf(stdout, " %s=%.0f", n, v)
+			}
+		}
+		fmt.Fprintf(stdout, "\nrestart times (s):")
+		for _, n := range names {
+			fmt.Fprintf(stdout, " %s=%.0f", n, scfg.JobRestartDelay[n].Seconds())
+		}
+		fmt.Fprintln(stdout)
+	} else {
+		scfg.JobRestartDelay = nil
+	}
+	s, err := sim.New(scfg, applications, jobsSlice, label+" (simulated)", pol)
 	if err != nil {
 		return err
 	}
@@ -119,6 +149,20 @@ func capReplicas(jobs []workload.Job, gpus int) []workload.Job {
 	for i, j := range jobs {
 		j.NumReplicas = min(j.NumReplicas, gpus)
 		out[i] = j
+	}
+	return out
+}
+
+// startDelays returns the simulator's first-allocation delay of each job
+// from its measured start latency (submission to first step): less the
+// simulator's mean wait for a round (half an interval), and at most its
+// restart time plus one interval, since a longer latency is time queued
+// for GPUs, which the simulator models itself.
+func startDelays(latencies map[string]float64, restart map[string]time.Duration, interval time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for n, v := range latencies {
+		v = min(v, restart[n].Seconds()+interval.Seconds())
+		out[n] = time.Duration(max(v-interval.Seconds()/2, 0) * float64(time.Second))
 	}
 	return out
 }

@@ -30,6 +30,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		clusterSpec  = fs.String("cluster", "", "typed cluster TYPE:NODESxGPUS[,...], e.g. "+sim.DefaultHeteroCluster+" (types t4, v100, a100, rtx6000, rtx2080ti); replaces -nodes and -gpus-per-node")
 		rulesName    = fs.String("rules", "pollux", "simulator semantics: pollux (the Pollux artifact's) or sia (the Sia artifact's)")
 		interval     = fs.Duration("interval", 60*time.Second, "scheduling interval")
+		restartDelay = fs.Duration("restart-delay", 0, "restart (checkpoint-restore) delay of every job (default: the rules' own: 30 s, or Sia's per-application delays)")
 		seed         = fs.Int64("seed", 1, "random seed of the Pollux genetic algorithm")
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
 		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
@@ -50,6 +51,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *nodes < 1 || *gpus < 1 || *interval <= 0 {
 		return usageErr("-nodes, -gpus-per-node and -interval must be positive")
+	}
+	if *restartDelay < 0 {
+		return usageErr("-restart-delay must not be negative")
 	}
 	names, err := parsePolicies(*policies)
 	if err != nil {
@@ -90,6 +94,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return classify(err)
 	}
 	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Cluster: groups, Rules: rules, Interval: *interval}
+	if *restartDelay > 0 {
+		// One delay for every job, whatever the rules' per-application table.
+		cfg.RestartDelay = *restartDelay
+		cfg.AppRestartDelay = map[string]time.Duration{}
+	}
 
 	var runs []results.Run
 	for _, name := range names {

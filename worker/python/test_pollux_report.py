@@ -302,6 +302,8 @@ def replay(test, v):
             r.progress(args["progress"], args["batch_size"])
         elif op == "flush":
             r.flush()
+        elif op == "restarted":
+            r.restarted(args["restore_time"], pr.parse_timestamp(args["at"]))
         else:
             test.fail("observation %d: unknown op %r" % (i, op))
     r.flush()
@@ -315,6 +317,49 @@ class VectorTest(ConsulTestCase):
         for v in vectors:
             with self.subTest(v["name"]):
                 self.assertEqual(replay(self, v), v["expected"])
+
+
+class RestartObjectTest(unittest.TestCase):
+    """The optional restart object: canonical bytes, parse, and an invalid
+    one dropped with its field named while the document is kept."""
+
+    def base(self):
+        return json.loads(load_vectors()[0]["expected"])
+
+    def test_round_trip(self):
+        raw = self.base()
+        raw["restart"] = {"restore_time": 12.25, "at": "2026-12-04T11:59:00.5+01:00"}
+        d = pr.parse(json.dumps(raw))
+        self.assertEqual(d.restart[0], 12.25)
+        self.assertIsNone(d.restart_error)
+        self.assertTrue(pr.marshal(d).endswith(b',"restart":{"restore_time":12.25,"at":"2026-12-04T10:59:00.5Z"}}'))
+
+    def test_invalid_dropped(self):
+        cases = {
+            "negative": ({"restore_time": -1, "at": "2026-12-04T10:00:00Z"}, "restart.restore_time"),
+            "too long": ({"restore_time": 1e9, "at": "2026-12-04T10:00:00Z"}, "restart.restore_time"),
+            "not a number": ({"restore_time": "3", "at": "2026-12-04T10:00:00Z"}, "restart.restore_time"),
+            "no time": ({"restore_time": 3}, "restart.at"),
+            "bad time": ({"restore_time": 3, "at": "yesterday"}, "restart.at"),
+        }
+        for name, (obj, field) in cases.items():
+            with self.subTest(name):
+                raw = self.base()
+                raw["restart"] = obj
+                d = pr.parse(json.dumps(raw))
+                self.assertIsNone(d.restart)
+                self.assertIn(field, d.restart_error)
+                self.assertEqual(d.batch_size, raw["batch_size"])
+
+    def test_reporter_rejects(self):
+        r = pr.Reporter(consul=pr.Consul("127.0.0.1:1"), job_id="x", rank=1, start=False)
+        for args, field in [((-1,), "restore_time"), ((float("nan"),), "restore_time"),
+                            ((1e6,), "restart.restore_time"),
+                            ((1, datetime(2026, 1, 1)), "at")]:
+            with self.subTest(args):
+                with self.assertRaises(ValueError) as cm:
+                    r.restarted(*args)
+                self.assertIn(field, str(cm.exception))
 
 
 class ReporterTest(ConsulTestCase):

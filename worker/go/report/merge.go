@@ -81,6 +81,8 @@ type accumulator struct {
 	progress *float64
 	// batchSize is the latest batch size, 0 before the first.
 	batchSize int
+	// restart is the last Restarted call's, nil before the first.
+	restart *contract.Restart
 	// dirty is set by every observation and cleared when a write takes
 	// a snapshot.
 	dirty bool
@@ -103,11 +105,12 @@ type snapshot struct {
 	grad      *[2]float64
 	progress  *float64
 	batchSize int
+	restart   *contract.Restart
 }
 
 // take returns a snapshot and empties pending.
 func (a *accumulator) take() snapshot {
-	s := snapshot{delta: a.pending, mine: maps.Clone(a.mine), grad: a.grad, progress: a.progress, batchSize: a.batchSize}
+	s := snapshot{delta: a.pending, mine: maps.Clone(a.mine), grad: a.grad, progress: a.progress, batchSize: a.batchSize, restart: a.restart}
 	a.pending = map[StepConfig]stats{}
 	a.dirty = false
 	return s
@@ -172,6 +175,7 @@ func build(stored *contract.Metrics, add map[StepConfig]stats, s snapshot, initB
 			entries[keyOf(e)] = statsOf(e)
 		}
 		d.BatchSize, d.Progress, d.GradSqr, d.GradVar = stored.BatchSize, stored.Progress, stored.GradSqr, stored.GradVar
+		d.Restart = stored.Restart
 	}
 	mergeInto(entries, add)
 	if len(entries) == 0 {
@@ -191,6 +195,9 @@ func build(stored *contract.Metrics, add map[StepConfig]stats, s snapshot, initB
 	}
 	if s.grad != nil {
 		d.GradSqr, d.GradVar = s.grad[0], s.grad[1]
+	}
+	if s.restart != nil {
+		d.Restart = s.restart
 	}
 	d.Profile = make([]contract.ProfileEntry, 0, len(entries))
 	for k, e := range entries {

@@ -353,6 +353,26 @@ func (r *Reporter) Progress(progress float64, batchSize int) error {
 	return nil
 }
 
+// Restarted records how long this worker's start took: restoreTime
+// seconds from its process start to its first training step (start-up,
+// rendezvous, checkpoint restore; finite, in [0, 86400]), that step
+// beginning at at. It becomes the document's restart object
+// (docs/contracts.md §3), which the controller uses to measure the job's
+// restart time; call it once, when the first step after a restore begins.
+// A rejected call changes nothing.
+func (r *Reporter) Restarted(restoreTime float64, at time.Time) error {
+	rs := &contract.Restart{RestoreTime: clean(restoreTime), At: at.UTC()}
+	if err := rs.Validate(); err != nil {
+		return fmt.Errorf("failed to record the restart: %w", err)
+	}
+	r.mu.Lock()
+	r.acc.restart = rs
+	r.acc.dirty = true
+	r.mu.Unlock()
+	r.signal()
+	return nil
+}
+
 func (r *Reporter) signal() {
 	select {
 	case r.changed <- struct{}{}:

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,8 @@ type vector struct {
 	Expected string `json:"expected"`
 }
 
-// op is one reporter call: "observe", "gradients", "progress" or "flush",
+// op is one reporter call: "observe", "gradients", "progress", "flush" or
+// "restarted",
 // with the arguments of that call (the others are absent).
 type op map[string]any
 
@@ -64,6 +66,10 @@ func progress(p float64, batchSize int) op {
 }
 
 func flush() op { return op{"op": "flush"} }
+
+func restarted(restoreTime float64, at string) op {
+	return op{"op": "restarted", "restore_time": restoreTime, "at": at}
+}
 
 // pointOne and pointTwo are variables, so that their sum is computed in
 // float64 (0.30000000000000004) and not as an exact constant (0.3).
@@ -181,6 +187,18 @@ func vectorInputs() []vector {
 			},
 		},
 		{
+			Name:      "restart object",
+			Timestamp: "2026-12-04T12:00:00Z",
+			Existing: `{"version":1,"timestamp":"2026-12-04T11:00:00Z","batch_size":64,"progress":5,"grad_sqr":1,"grad_var":2,` +
+				`"profile":[{"num_nodes":1,"num_replicas":1,"local_bsz":32,"accum_steps":0,"compute_time":0.3,"step_time":0.4,"sync_time":0,"count":10}],` +
+				`"restart":{"restore_time":3,"at":"2026-12-04T10:00:00Z"}}`,
+			Observations: []op{
+				observe(1, 2, 32, 0, 0.1, 0.15, 0.02), flush(),
+				restarted(12.25, "2026-12-04T11:59:00.5+01:00"),
+				progress(9, 64),
+			},
+		},
+		{
 			Name:         "sixty observations",
 			Timestamp:    "2026-12-02T17:00:00.5Z",
 			Observations: many,
@@ -203,6 +221,8 @@ type opArgs struct {
 	Progress    float64 `json:"progress"`
 	BatchSize   int     `json:"batch_size"`
 	GPUType     string  `json:"gpu_type"`
+	RestoreTime float64 `json:"restore_time"`
+	At          string  `json:"at"`
 }
 
 // replay runs a case's observations through a Go Reporter against Consul
@@ -243,6 +263,11 @@ func replay(t *testing.T, raw *api.Client, v vector) string {
 			err = r.Progress(args.Progress, args.BatchSize)
 		case "flush":
 			err = r.Flush(t.Context())
+		case "restarted":
+			var at time.Time
+			if at, err = time.Parse(time.RFC3339Nano, args.At); err == nil {
+				err = r.Restarted(args.RestoreTime, at)
+			}
 		default:
 			t.Fatalf("observation %d: unknown op %q", i, args.Op)
 		}
@@ -316,5 +341,35 @@ func TestVectors(t *testing.T) {
 				t.Errorf("document (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRestartedRejects: a bad restart observation is refused with the
+// field named and changes nothing.
+func TestRestartedRejects(t *testing.T) {
+	raw := rawClient(t)
+	r := newReporter(t, raw, report.Config{JobID: "restarted", InitBatchSize: 32, MinInterval: time.Hour})
+	for _, tc := range []struct {
+		seconds float64
+		at      time.Time
+		field   string
+	}{
+		{-1, time.Now(), "restart.restore_time"},
+		{math.NaN(), time.Now(), "restart.restore_time"},
+		{1e6, time.Now(), "restart.restore_time"},
+		{3, time.Time{}, "restart.at"},
+	} {
+		if err := r.Restarted(tc.seconds, tc.at); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Restarted(%v, %v) = %v, want an error naming %s", tc.seconds, tc.at, err, tc.field)
+		}
+	}
+	if err := r.Observe(report.StepConfig{NumNodes: 1, NumReplicas: 1, LocalBsz: 32}, 0.1, 0.1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := readDoc(t, raw, r.Key()); strings.Contains(got, "restart") {
+		t.Fatalf("a refused restart was written: %s", got)
 	}
 }

@@ -244,6 +244,26 @@ class Document:
     grad_var: float
     profile: Dict[StepConfig, Stats]
     version: int = VERSION
+    # restart: (restore_time seconds, at) of the worker's last start, or
+    # None (docs/contracts.md section 3, the optional restart object).
+    restart: Optional[Tuple[float, datetime]] = None
+    # restart_error: why parse dropped an invalid restart object, or None.
+    restart_error: Optional[str] = None
+
+
+MAX_RESTORE_TIME = 86400
+
+
+def _restart_problems(restart) -> list:
+    """Return the problems of a restart tuple, each naming its field."""
+    errs = []
+    t, at = restart
+    if (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+            or not 0 <= t <= MAX_RESTORE_TIME):
+        errs.append("restart.restore_time: must be finite and in [0, %d] seconds, got %r" % (MAX_RESTORE_TIME, t))
+    if not isinstance(at, datetime) or at.year < 1 or at.year > 9999 or at <= datetime(1, 1, 1, tzinfo=timezone.utc):
+        errs.append("restart.at: must be set, in years 1 to 9999 UTC, got %r" % (at,))
+    return errs
 
 
 def _validate(d: Document):
@@ -283,6 +303,8 @@ def _validate(d: Document):
         finite("profile[%d].sync_time" % i, s.sync, False)
         if s.count < 1:
             errs.append("profile[%d].count: must be at least 1, got %d" % (i, s.count))
+    if d.restart is not None:
+        errs.extend(_restart_problems(d.restart))
     if errs:
         raise ValueError("invalid metrics document: " + "; ".join(errs))
 
@@ -305,7 +327,11 @@ def marshal(d: Document) -> bytes:
             % ("," if i else "", k.num_nodes, k.num_replicas, k.local_bsz, k.accum_steps,
                f(s.compute), f(s.step), f(s.sync), s.count,
                ',"gpu_type":"%s"' % k.gpu_type if k.gpu_type else ""))
-    parts.append("]}")
+    parts.append("]")
+    if d.restart is not None:
+        parts.append(',"restart":{"restore_time":%s,"at":%s}'
+                     % (f(d.restart[0]), json.dumps(format_timestamp(d.restart[1]))))
+    parts.append("}")
     return "".join(parts).encode()
 
 
@@ -376,6 +402,28 @@ def parse(data) -> Document:
                  batch_size=number(raw, "batch_size", ""), progress=number(raw, "progress", ""),
                  grad_sqr=number(raw, "grad_sqr", ""), grad_var=number(raw, "grad_var", ""),
                  profile=profile)
+    r = raw.get("restart")
+    if r is not None:
+        # An invalid restart object is dropped, the document kept (as Go's
+        # ParseMetrics does).
+        problems = []
+        if not isinstance(r, dict):
+            problems.append("restart: not an object")
+        else:
+            t, at = r.get("restore_time", 0), r.get("at")
+            if isinstance(at, str):
+                try:
+                    at = parse_timestamp(at)
+                except ValueError as e:
+                    problems.append("restart.at: %s" % e)
+            if not problems:
+                if isinstance(t, (int, float)) and not isinstance(t, bool):
+                    t = 0.0 if t == 0 else float(t)
+                problems = _restart_problems((t, at))
+        if problems:
+            d.restart_error = "; ".join(problems)
+        else:
+            d.restart = (t, at)
     _validate(d)
     return d
 
@@ -417,6 +465,7 @@ class _Snapshot(NamedTuple):
     grad: Optional[Tuple[float, float]]
     progress: Optional[float]
     batch_size: int
+    restart: Optional[Tuple[float, datetime]] = None
 
 
 class _LastWrite(NamedTuple):
@@ -462,6 +511,9 @@ def _build(stored: Optional[Document], add: dict, snap: _Snapshot, init_batch_si
         d.progress = snap.progress
     if snap.grad is not None:
         d.grad_sqr, d.grad_var = snap.grad
+    d.restart = stored.restart if stored else None
+    if snap.restart is not None:
+        d.restart = snap.restart
     return d
 
 
@@ -765,6 +817,7 @@ class Reporter:
         self._grad: Optional[Tuple[float, float]] = None
         self._progress: Optional[float] = None
         self._batch_size = 0
+        self._restart: Optional[Tuple[float, datetime]] = None
         self._dirty = False
         self._stopping = False
 
@@ -832,6 +885,26 @@ class Reporter:
             self._dirty = True
             self._cond.notify_all()
 
+    def restarted(self, restore_time, at: Optional[datetime] = None):
+        """Record how long this worker's start took: restore_time seconds
+        from its process start to its first training step (start-up,
+        rendezvous, checkpoint restore; finite, in [0, 86400]), that step
+        beginning at at (default: now). It becomes the document's restart
+        object, from which the controller measures the job's restart time;
+        call it once, when the first step after a restore begins."""
+        t = _number("restore_time", restore_time, False)
+        if at is None:
+            at = datetime.now(timezone.utc)
+        if isinstance(at, datetime) and at.tzinfo is None:
+            raise ValueError("at: must be timezone-aware, got %r" % (at,))
+        problems = _restart_problems((t, at))
+        if problems:
+            raise ValueError("; ".join(problems))
+        with self._cond:
+            self._restart = (t, at)
+            self._dirty = True
+            self._cond.notify_all()
+
     # -- writing -----------------------------------------------------------
 
     def flush(self, timeout: Optional[float] = None):
@@ -881,7 +954,8 @@ class Reporter:
     def _write(self, timeout):
         with self._write_lock:
             with self._cond:
-                snap = _Snapshot(self._pending, dict(self._mine), self._grad, self._progress, self._batch_size)
+                snap = _Snapshot(self._pending, dict(self._mine), self._grad, self._progress, self._batch_size,
+                                 self._restart)
                 self._pending = {}
                 self._dirty = False
             delta = snap.delta

@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import time
+from datetime import datetime, timedelta, timezone
 from typing import List, Optional
 
 import torch
@@ -222,6 +223,7 @@ class AdaptiveDataParallel(torch.nn.Module):
         optimizer.zero_grad = self._zero_grad
         self._reset_accumulation()
         self._reporter = None
+        self._restart_reported = False
         self._follower = None
         self._warned_rounds = set()
         if self._rank == 0 and env.job_id() and os.environ.get("CONSUL_HTTP_ADDR"):
@@ -388,6 +390,12 @@ class AdaptiveDataParallel(torch.nn.Module):
                 if est is not None:
                     self._reporter.observe_gradients(*est)
                 self._reporter.progress(self.progress, batch)
+                if not self._restart_reported:
+                    # The first reported step of this process: report how
+                    # long the start and the checkpoint restore took.
+                    self._restart_reported = True
+                    began = datetime.now(timezone.utc) - timedelta(seconds=step_time)
+                    self._reporter.restarted(max(began.timestamp() - _process_start(), 0.0), began)
             except ValueError as e:
                 _log.warning("metrics not recorded: %s", e)
         if new_m > 0 and loader is not None:
@@ -408,3 +416,22 @@ class AdaptiveDataParallel(torch.nn.Module):
             except Exception as e:  # noqa: BLE001 - best effort at exit
                 _log.warning("failed to write the last metrics: %s", e)
             self._reporter = None
+
+
+_IMPORTED_AT = time.time()
+
+
+def _process_start() -> float:
+    """Return the wall-clock time (seconds since the epoch) this process
+    started: from /proc on Linux, else when this module was imported."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        start = boot + ticks / os.sysconf("SC_CLK_TCK")
+        if start <= time.time():
+            return start
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass
+    return _IMPORTED_AT

@@ -1,0 +1,94 @@
+package jobs
+
+import (
+	"slices"
+	"time"
+
+	"github.com/pollux-nomad/pollux/contract"
+)
+
+// Restart times (issue 13): the controller measures how long each job
+// makes no progress after it writes a new allocation, from that write to
+// the job's first training step on it, and hands the median of the last
+// few measurements to the policy (policy.Job.RestartTime) in place of the
+// configured restart_penalty.
+
+// openRestart starts the measurement of the restart that the write of
+// alloc at s.AppliedAt causes (commit calls it).
+func openRestart(s *State, alloc []string) {
+	s.RestartOpen = len(alloc) > 0
+	s.RestartProgress = s.Progress
+}
+
+// observeRestart takes a newly read, valid metrics document of a job: it
+// logs an invalid restart object (ParseMetrics dropped it), and closes an
+// open measurement when the document shows the first step after the
+// write. The worker's restart object, when its first step is newer than
+// the write, gives the time of that step (and a lower bound, its own
+// restore time); otherwise the first document written after the write
+// whose progress differs from the progress at the write gives an upper
+// bound (the reporter writes at most once per its interval).
+func (c *Controller) observeRestart(ref JobRef, s *State, doc *contract.Metrics) {
+	if doc.RestartErr != nil {
+		c.log.Warn("ignoring the metrics document's restart object", "job_id", ref.String(), "error", doc.RestartErr)
+	}
+	defer func() { s.Progress = doc.Progress }()
+	if !s.RestartOpen || s.AppliedAt.IsZero() {
+		return
+	}
+	var sample float64
+	switch r := doc.Restart; {
+	case r != nil && r.At.After(s.AppliedAt):
+		sample = max(r.At.Sub(s.AppliedAt).Seconds(), r.RestoreTime)
+	case r == nil && doc.Timestamp.After(s.AppliedAt) && doc.Progress != s.RestartProgress:
+		sample = doc.Timestamp.Sub(s.AppliedAt).Seconds()
+	default:
+		return // the restart object, if any, is the previous start's
+	}
+	sample = min(sample, contract.MaxRestoreTime)
+	s.RestartSamples = append(s.RestartSamples, sample)
+	if n := len(s.RestartSamples); n > contract.MaxRestartSamples {
+		s.RestartSamples = slices.Delete(s.RestartSamples, 0, n-contract.MaxRestartSamples)
+	}
+	s.RestartOpen = false
+	c.log.Info("measured a restart", "job_id", ref.String(), "restart_s", sample, "estimate_s", medianOf(s.RestartSamples))
+}
+
+// restartTime is the job's restart time for the policy: the median of its
+// samples capped at restart_time_max, or 0 (the policy's restart_penalty)
+// before the first measurement or with restart_time_max 0.
+func restartTime(cfg Config, s *State) float64 {
+	if cfg.RestartTimeMax <= 0 || len(s.RestartSamples) == 0 {
+		return 0
+	}
+	// A measured 0 must not read as "unknown".
+	return max(min(medianOf(s.RestartSamples), cfg.RestartTimeMax.Seconds()), 1e-3)
+}
+
+// restoring tells whether a job that holds GPUs is still restarting on its
+// last allocation at now: its restart is not measured yet and the write
+// is more recent than twice its restart time (restart_penalty before the
+// first sample), and than restart_time_max, so that a job that never
+// reports progress does not stay "restoring" for ever.
+func restoring(cfg Config, s *State, running bool, now time.Time) bool {
+	if !running || !s.RestartOpen || cfg.RestartTimeMax <= 0 {
+		return false
+	}
+	window := min(cfg.RestartTimeMax.Seconds(), 2*max(restartTime(cfg, s), cfg.RestartPenalty.Seconds()))
+	return now.Sub(s.AppliedAt).Seconds() < window
+}
+
+// medianOf returns the median of xs (the mean of the middle two for an even
+// count); 0 for none.
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
