@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -253,15 +252,9 @@ func SamePerNode(a, b []NodeGPUs) bool {
 	return true
 }
 
-// publish writes the decision key so workers can adopt it without a
-// restart.
-func (c *Controller) publish(ctx context.Context, ref JobRef, d Decision) {
-	raw, err := json.Marshal(d)
-	if err == nil {
-		err = c.kvPut(ctx, decisionKey(ref), raw)
-	}
-	if err != nil && !c.kvDown(err) {
-		c.log.Warn("failed to publish decision", "job_id", ref.String(), "error", err)
-		c.metrics.incError("write_decision")
-	}
+// publish queues the decision key's write (when the decision changed), so
+// that workers can adopt it without a restart; the round writes the
+// queue after its apply phase (flushDecisions).
+func (c *Controller) publish(_ context.Context, ref JobRef, d Decision) {
+	c.queueDecision(ref, d)
 }

@@ -82,6 +82,18 @@ type Controller struct {
 	typer     gpuTyper
 	bootstrap Bootstrapper
 	traitsOf  func(name string) (policy.Traits, error)
+
+	// tree is the round's listing of the jobs' keys (fit phase only);
+	// deferred the states to write at the end of the bookkeeping.
+	tree     roundTree
+	deferred map[JobRef]*State
+	// decisions are the round's decision writes; published what each
+	// job's decision key last received; shards the status shards last
+	// written (kvbatch.go).
+	decMu     sync.Mutex
+	decisions []pendingDecision
+	published map[JobRef]publishedDecision
+	shards    [][]byte
 }
 
 // New returns a controller with configuration cfg.
@@ -156,6 +168,7 @@ func (c *Controller) Forget() {
 	c.policies = map[string]cachedPolicy{}
 	c.lastTime = time.Time{}
 	c.orphans, c.lastGC = nil, time.Time{}
+	c.published, c.shards = nil, nil
 	if inv, ok := c.cluster.(Invalidator); ok {
 		inv.Invalidate()
 	}
@@ -337,8 +350,9 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	c.lap(r, "snapshot", t0)
 	t0 = c.now()
 	c.fitJobs(ctx, r)
-	c.lap(r, "fit", t0)
 	c.accrue(ctx, r)
+	c.flushStates(ctx)
+	c.lap(r, "fit", t0)
 	t0 = c.now()
 	if err := c.optimize(ctx, r); err != nil {
 		return nil, err
@@ -349,6 +363,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	c.lap(r, "plan", t0)
 	t0 = c.now()
 	c.apply(ctx, r, p)
+	c.flushDecisions(context.WithoutCancel(ctx))
 	c.lap(r, "apply", t0)
 	c.collectGarbage(ctx, r)
 	c.lap(r, "total", r.start)
@@ -386,11 +401,9 @@ func (c *Controller) publishStatus(ctx context.Context, r *round) {
 	c.metrics.observeRound(r.status)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if raw, err := json.Marshal(r.status); err == nil {
-		if err := c.kvPut(sctx, contract.StatusKey, raw); err != nil && !c.kvDown(err) {
-			c.log.Warn("failed to write status", "error", err)
-			c.metrics.incError("write_status")
-		}
+	if err := c.writeStatus(sctx, r.status); err != nil && !c.kvDown(err) {
+		c.log.Warn("failed to write status", "error", err)
+		c.metrics.incError("write_status")
 	}
 }
 
