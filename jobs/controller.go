@@ -88,12 +88,10 @@ type Controller struct {
 	tree     roundTree
 	deferred map[JobRef]*State
 	// decisions are the round's decision writes; published what each
-	// job's decision key last received; shards the status shards last
-	// written (kvbatch.go).
+	// job's decision key last received (kvbatch.go).
 	decMu     sync.Mutex
 	decisions []pendingDecision
 	published map[JobRef]publishedDecision
-	shards    [][]byte
 }
 
 // New returns a controller with configuration cfg.
@@ -168,7 +166,7 @@ func (c *Controller) Forget() {
 	c.policies = map[string]cachedPolicy{}
 	c.lastTime = time.Time{}
 	c.orphans, c.lastGC = nil, time.Time{}
-	c.published, c.shards = nil, nil
+	c.published = nil
 	if inv, ok := c.cluster.(Invalidator); ok {
 		inv.Invalidate()
 	}

@@ -268,13 +268,12 @@ func (c *Controller) forgetPublished(listed map[JobRef]bool) {
 
 // writeStatus writes the round's status: in one document up to
 // contract.StatusInlineJobs job lines, else a summary and shards of
-// contract.StatusShardJobs lines, each shard written only when its bytes
-// changed since this controller last wrote it; shards first, so that a
-// reader of the summary finds its shards.
+// contract.StatusShardJobs lines (every shard changes each round: the
+// lines carry the round's decisions), shards first, so that a reader of
+// the summary finds its shards.
 func (c *Controller) writeStatus(ctx context.Context, st *Status) error {
 	doc := *st
 	var pairs []KVPair
-	var shards [][]byte
 	if len(st.Jobs) > contract.StatusInlineJobs {
 		doc.Jobs = nil
 		doc.JobCount = len(st.Jobs)
@@ -283,28 +282,18 @@ func (c *Controller) writeStatus(ctx context.Context, st *Status) error {
 			if err != nil {
 				return err
 			}
-			n := len(shards)
-			shards = append(shards, raw)
-			if n < len(c.shards) && bytes.Equal(c.shards[n], raw) {
-				continue
-			}
-			pairs = append(pairs, KVPair{Key: contract.StatusShardKey(n), Value: raw})
+			pairs = append(pairs, KVPair{Key: contract.StatusShardKey(len(pairs)), Value: raw})
 		}
-		doc.JobShards = len(shards)
+		doc.JobShards = len(pairs)
 	}
 	if failed, err := c.putMany(ctx, pairs); err != nil {
-		c.shards = nil
 		return fmt.Errorf("%d status shards: %w", len(failed), err)
 	}
 	raw, err := json.Marshal(&doc)
 	if err != nil {
 		return err
 	}
-	if err := c.kvPut(ctx, contract.StatusKey, raw); err != nil {
-		return err
-	}
-	c.shards = shards
-	return nil
+	return c.kvPut(ctx, contract.StatusKey, raw)
 }
 
 // StatusReader is what ReadStatus needs of a KV store.
