@@ -89,7 +89,11 @@ type Controller struct {
 	deferred map[JobRef]*State
 	// decisions are the round's decision writes; published what each
 	// job's decision key last received (kvbatch.go).
-	decMu     sync.Mutex
+	decMu sync.Mutex
+	// statusMu and kvMu guard the round's status counters and kvErr
+	// while writes run concurrently (apply's scaleToZero).
+	statusMu, kvMu sync.Mutex
+
 	decisions []pendingDecision
 	published map[JobRef]publishedDecision
 }
@@ -238,8 +242,11 @@ func (c *Controller) kvGet(ctx context.Context, key string) ([]byte, uint64, err
 
 // kvPut writes a key unless Consul already failed this round.
 func (c *Controller) kvPut(ctx context.Context, key string, value []byte) error {
-	if c.kvErr != nil {
-		return c.kvErr
+	c.kvMu.Lock()
+	failed := c.kvErr
+	c.kvMu.Unlock()
+	if failed != nil {
+		return failed
 	}
 	err := c.kv.Put(ctx, key, value)
 	if err != nil {
@@ -250,9 +257,15 @@ func (c *Controller) kvPut(ctx context.Context, key string, value []byte) error 
 
 // kvDown reports whether err is the round's Consul failure, already
 // logged once by kvFailed.
-func (c *Controller) kvDown(err error) bool { return c.kvErr != nil && errors.Is(err, c.kvErr) }
+func (c *Controller) kvDown(err error) bool {
+	c.kvMu.Lock()
+	defer c.kvMu.Unlock()
+	return c.kvErr != nil && errors.Is(err, c.kvErr)
+}
 
 func (c *Controller) kvFailed(err error) {
+	c.kvMu.Lock()
+	defer c.kvMu.Unlock()
 	if c.kvErr == nil {
 		c.kvErr = fmt.Errorf("consul unreachable this round: %w", err)
 		c.log.Warn("consul failed; holding every job this round (no change without state and leadership checks)", "error", err)
