@@ -403,3 +403,73 @@ func (c *Client) ListKeys(ctx context.Context, dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// ReadTree returns every key under the folder dir (relative to the
+// prefix) with its value and ModifyIndex, keyed relative to the prefix,
+// in one request (a `?recurse` read): the controller lists every job's
+// keys once a round instead of reading them one by one.
+func (c *Client) ReadTree(ctx context.Context, dir string) ([]contract.KVPair, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	full, err := c.full(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read keys: %w", err)
+	}
+	full += "/"
+	pairs, _, err := c.kv.List(full, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read keys under %q: %w", full, c.denied(err, "reading", full, false))
+	}
+	out := make([]contract.KVPair, len(pairs))
+	for i, p := range pairs {
+		out[i] = contract.KVPair{Key: strings.TrimPrefix(p.Key, c.cfg.Prefix), Value: valueOf(p), ModifyIndex: p.ModifyIndex}
+	}
+	return out, nil
+}
+
+// MaxTxnOps is the most operations Consul accepts in one transaction.
+const MaxTxnOps = 64
+
+// PutMany writes every pair unconditionally in transactions of at most
+// MaxTxnOps keys (one request each instead of one per key). A transaction
+// is all or nothing; when one fails, those before it stay written.
+func (c *Client) PutMany(ctx context.Context, pairs []contract.KVPair) error {
+	for start := 0; start < len(pairs); start += MaxTxnOps {
+		chunk := pairs[start:min(start+MaxTxnOps, len(pairs))]
+		ops := make(api.TxnOps, 0, len(chunk))
+		for _, p := range chunk {
+			full, err := c.full(p.Key)
+			if err != nil {
+				return fmt.Errorf("failed to put keys: %w", err)
+			}
+			if err := checkValue(p.Value); err != nil {
+				return fmt.Errorf("failed to put key %q: %w", full, err)
+			}
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: full, Value: p.Value}})
+		}
+		if err := c.txn(ctx, ops); err != nil {
+			return fmt.Errorf("failed to put %d keys from %q: %w", len(chunk), chunk[0].Key, err)
+		}
+	}
+	return nil
+}
+
+// txn runs one transaction within the request timeout.
+func (c *Client) txn(ctx context.Context, ops api.TxnOps) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return c.denied(err, "writing", c.cfg.Prefix, true)
+	}
+	if !ok {
+		errs := []error{errors.New("transaction rolled back")}
+		if resp != nil {
+			for _, e := range resp.Errors {
+				errs = append(errs, fmt.Errorf("op %d: %s", e.OpIndex, e.What))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return nil
+}

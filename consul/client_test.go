@@ -60,9 +60,11 @@ func TestNewConfig(t *testing.T) {
 
 // The adapters implement the controller's interfaces.
 var (
-	_ jobs.KV         = (*consul.Client)(nil)
-	_ jobs.Leadership = (*consul.Leader)(nil)
-	_ jobs.KeyLister  = (*consul.Client)(nil)
+	_ jobs.KV          = (*consul.Client)(nil)
+	_ jobs.Leadership  = (*consul.Leader)(nil)
+	_ jobs.KeyLister   = (*consul.Client)(nil)
+	_ jobs.TreeReader  = (*consul.Client)(nil)
+	_ jobs.BatchWriter = (*consul.Client)(nil)
 )
 
 func TestGetPut(t *testing.T) {

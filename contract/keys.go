@@ -1,5 +1,7 @@
 package contract
 
+import "strconv"
+
 // The Consul KV layout (docs/contracts.md §2). Every key is relative to a
 // prefix, DefaultPrefix unless configured; the functions here return keys
 // without it.
@@ -18,6 +20,10 @@ const (
 	// TermKey names the instance whose leadership term began last.
 	TermKey = "term"
 )
+
+// StatusShardKey is the key of the i-th shard of the job lines of the
+// last round's Status, when it has shards (Status.JobShards).
+func StatusShardKey(i int) string { return StatusKey + "/jobs/" + strconv.Itoa(i) }
 
 // Leaves of a job's keys.
 const (
@@ -56,3 +62,11 @@ func RendezvousKey(namespace, id string) string { return JobPrefix(namespace, id
 // CheckpointKey is the key where the emulated trainer (pollux emulate)
 // keeps its progress across restarts.
 func CheckpointKey(namespace, id string) string { return JobPrefix(namespace, id) + leafCheckpoint }
+
+// KVPair is one key (relative to the prefix) with its value and Consul
+// ModifyIndex, as a listing of a folder returns it.
+type KVPair struct {
+	Key         string
+	Value       []byte
+	ModifyIndex uint64
+}

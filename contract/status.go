@@ -62,6 +62,27 @@ type Status struct {
 	Timings map[string]float64 `json:"timings_ms"`
 	// NodeMap lists the nodes with their GPUs.
 	NodeMap []NodeStatus `json:"node_map,omitempty"`
+	// JobShards, when positive, says that Jobs is empty in this document
+	// and the job lines are in JobShards documents at StatusShardKey(0),
+	// StatusShardKey(1), ... (a round with more than StatusInlineJobs
+	// jobs: one document for 2,000 jobs would pass Consul's 512 KiB value
+	// limit). JobCount is then the number of job lines.
+	JobShards int `json:"job_shards,omitempty"`
+	JobCount  int `json:"job_count,omitempty"`
+}
+
+// StatusInlineJobs is the most job lines a Status holds itself; a round
+// with more writes them in shards of StatusShardJobs lines.
+const (
+	StatusInlineJobs = 250
+	StatusShardJobs  = 200
+)
+
+// StatusShard is one shard of a round's job lines (see Status.JobShards).
+// A shard whose lines did not change since the last round is not
+// rewritten, so a shard carries no round number.
+type StatusShard struct {
+	Jobs []JobStatus `json:"jobs"`
 }
 
 // String renders the status as a readable table.

@@ -56,15 +56,8 @@ func (e *env) state(id string) (*jobs.State, uint64) {
 
 // lastStatus reads the controller's last round from Consul.
 func (e *env) lastStatus() (*jobs.Status, error) {
-	raw, _, err := e.kv.Get(context.Background(), "status")
-	if err != nil {
-		return nil, err
-	}
-	var st jobs.Status
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	st, _, err := jobs.ReadStatus(context.Background(), e.kv)
+	return st, err
 }
 
 // waitRound waits until the controller recorded a round after `after`

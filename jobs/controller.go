@@ -82,6 +82,20 @@ type Controller struct {
 	typer     gpuTyper
 	bootstrap Bootstrapper
 	traitsOf  func(name string) (policy.Traits, error)
+
+	// tree is the round's listing of the jobs' keys (fit phase only);
+	// deferred the states to write at the end of the bookkeeping.
+	tree     roundTree
+	deferred map[JobRef]*State
+	// decisions are the round's decision writes; published what each
+	// job's decision key last received (kvbatch.go).
+	decMu sync.Mutex
+	// statusMu and kvMu guard the round's status counters and kvErr
+	// while writes run concurrently (apply's scaleToZero).
+	statusMu, kvMu sync.Mutex
+
+	decisions []pendingDecision
+	published map[JobRef]publishedDecision
 }
 
 // New returns a controller with configuration cfg.
@@ -156,6 +170,7 @@ func (c *Controller) Forget() {
 	c.policies = map[string]cachedPolicy{}
 	c.lastTime = time.Time{}
 	c.orphans, c.lastGC = nil, time.Time{}
+	c.published = nil
 	if inv, ok := c.cluster.(Invalidator); ok {
 		inv.Invalidate()
 	}
@@ -227,8 +242,11 @@ func (c *Controller) kvGet(ctx context.Context, key string) ([]byte, uint64, err
 
 // kvPut writes a key unless Consul already failed this round.
 func (c *Controller) kvPut(ctx context.Context, key string, value []byte) error {
-	if c.kvErr != nil {
-		return c.kvErr
+	c.kvMu.Lock()
+	failed := c.kvErr
+	c.kvMu.Unlock()
+	if failed != nil {
+		return failed
 	}
 	err := c.kv.Put(ctx, key, value)
 	if err != nil {
@@ -239,9 +257,15 @@ func (c *Controller) kvPut(ctx context.Context, key string, value []byte) error 
 
 // kvDown reports whether err is the round's Consul failure, already
 // logged once by kvFailed.
-func (c *Controller) kvDown(err error) bool { return c.kvErr != nil && errors.Is(err, c.kvErr) }
+func (c *Controller) kvDown(err error) bool {
+	c.kvMu.Lock()
+	defer c.kvMu.Unlock()
+	return c.kvErr != nil && errors.Is(err, c.kvErr)
+}
 
 func (c *Controller) kvFailed(err error) {
+	c.kvMu.Lock()
+	defer c.kvMu.Unlock()
 	if c.kvErr == nil {
 		c.kvErr = fmt.Errorf("consul unreachable this round: %w", err)
 		c.log.Warn("consul failed; holding every job this round (no change without state and leadership checks)", "error", err)
@@ -337,8 +361,9 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	c.lap(r, "snapshot", t0)
 	t0 = c.now()
 	c.fitJobs(ctx, r)
-	c.lap(r, "fit", t0)
 	c.accrue(ctx, r)
+	c.flushStates(ctx)
+	c.lap(r, "fit", t0)
 	t0 = c.now()
 	if err := c.optimize(ctx, r); err != nil {
 		return nil, err
@@ -349,6 +374,7 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	c.lap(r, "plan", t0)
 	t0 = c.now()
 	c.apply(ctx, r, p)
+	c.flushDecisions(context.WithoutCancel(ctx))
 	c.lap(r, "apply", t0)
 	c.collectGarbage(ctx, r)
 	c.lap(r, "total", r.start)
@@ -386,11 +412,9 @@ func (c *Controller) publishStatus(ctx context.Context, r *round) {
 	c.metrics.observeRound(r.status)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if raw, err := json.Marshal(r.status); err == nil {
-		if err := c.kvPut(sctx, contract.StatusKey, raw); err != nil && !c.kvDown(err) {
-			c.log.Warn("failed to write status", "error", err)
-			c.metrics.incError("write_status")
-		}
+	if err := c.writeStatus(sctx, r.status); err != nil && !c.kvDown(err) {
+		c.log.Warn("failed to write status", "error", err)
+		c.metrics.incError("write_status")
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 // its model from new metrics. A job whose state cannot be read is held as
 // it is: without it, its restarts, pending write and model are unknown.
 func (c *Controller) fitJobs(ctx context.Context, r *round) {
+	c.tree = c.readTree(ctx)
+	defer func() { c.tree = nil }()
 	scheduled := r.entries[:0]
 	for _, e := range r.entries {
 		s, err := c.loadState(ctx, e.job.JobRef)
@@ -32,7 +34,7 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 		}
 		c.refit(ctx, r, e)
 		if c.dirty {
-			c.saveState(ctx, e.job.JobRef, e.state)
+			c.deferState(e.job.JobRef, e.state)
 		}
 		e.st.State = StateScheduled
 		scheduled = append(scheduled, e)
@@ -66,7 +68,7 @@ func (c *Controller) accrue(ctx context.Context, r *round) {
 			}
 			e.state.AttainedService = min(e.state.AttainedService+float64(held)*dt, maxAttainedService)
 			if ctx.Err() == nil {
-				c.saveState(ctx, e.job.JobRef, e.state)
+				c.deferState(e.job.JobRef, e.state)
 			}
 		}
 	}
@@ -81,7 +83,7 @@ func (c *Controller) loadState(ctx context.Context, ref JobRef) (*State, error) 
 		return s, nil
 	}
 	s := &State{Version: stateVersion}
-	raw, _, err := c.kvGet(ctx, stateKey(ref))
+	raw, _, err := c.get(ctx, stateKey(ref))
 	switch {
 	case err == nil:
 		if loaded, perr := parseState(raw); perr != nil {
@@ -115,7 +117,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry) {
 		e.state.Pending = nil
 		log.Info("an interrupted write did not happen; deciding again", "read_index", p.ReadIndex, "job_modify_index", e.job.JobModifyIndex)
 	}
-	c.saveState(ctx, e.job.JobRef, e.state)
+	c.deferState(e.job.JobRef, e.state)
 }
 
 // commit records an applied write in a job's state.
@@ -139,7 +141,7 @@ func (c *Controller) commit(s *State, alloc []string, d *Decision, index uint64,
 // document is new. A bad document keeps the previous fit.
 func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 	ref := e.job.JobRef
-	raw, idx, err := c.kvGet(ctx, metricsKey(ref))
+	raw, idx, err := c.get(ctx, metricsKey(ref))
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
@@ -184,7 +186,7 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 			c.log.Warn("rejected metrics document; keeping the previous model", "job_id", ref.String(), "error", perr)
 			c.metrics.incError("bad_metrics")
 		}
-		c.saveState(ctx, ref, e.state)
+		c.deferState(ref, e.state)
 	}
 	e.st.Error = e.state.MetricsError
 	if e.state.Perf != nil && e.state.Grad != nil {

@@ -34,6 +34,7 @@ func (c *Controller) snapshot(ctx context.Context, r *round) error {
 			delete(c.states, ref) // deleted or untagged; its keys in Consul stay
 		}
 	}
+	c.forgetPublished(listed)
 	read, readErrs := c.readJobs(ctx, refs)
 	r.read = read
 	for i, ref := range refs {

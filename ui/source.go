@@ -200,21 +200,23 @@ func (s *ConsulSource) watch(ctx context.Context) {
 			idx = 0 // the index went back (Consul restarted): start over
 		}
 		index = idx
-		if st, err := parseStatus(raw); err == nil && st != nil {
+		if st, err := parseStatus(ctx, s.kv, raw); err == nil && st != nil {
 			s.hist.Observe(st)
 		}
 	}
 }
 
-func parseStatus(raw []byte) (*jobs.Status, error) {
+// parseStatus decodes the status document and reads its shards, if it
+// has them (a round of more than contract.StatusInlineJobs jobs).
+func parseStatus(ctx context.Context, kv jobs.StatusReader, raw []byte) (*jobs.Status, error) {
 	if raw == nil {
 		return nil, nil
 	}
-	var st jobs.Status
-	if err := json.Unmarshal(raw, &st); err != nil {
+	st, err := jobs.ParseStatus(ctx, kv, raw)
+	if err != nil {
 		return nil, fmt.Errorf("failed to parse the status: %w", err)
 	}
-	return &st, nil
+	return st, nil
 }
 
 // Snapshot reads the status and every job's keys (one request each).
@@ -226,7 +228,7 @@ func (s *ConsulSource) Snapshot(ctx context.Context) (*Snapshot, error) {
 	case err != nil:
 		return nil, fmt.Errorf("failed to read the status: %w", err)
 	default:
-		st, err := parseStatus(raw)
+		st, err := parseStatus(ctx, s.kv, raw)
 		if err != nil {
 			return nil, err
 		}

@@ -190,18 +190,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	raw, _, err := s.kv.Get(ctx, contract.StatusKey)
+	st, _, err := jobs.ReadStatus(ctx, s.kv)
 	if errors.Is(err, contract.ErrNotFound) {
 		return fmt.Errorf("no status under %sstatus: has an agent run a round yet?", s.cfg.KVPrefix)
 	}
 	if err != nil {
 		return fmt.Errorf("failed to read status: %w", err)
 	}
-	var st jobs.Status
-	if err := jsonUnmarshal(raw, &st); err != nil {
-		return fmt.Errorf("failed to parse status: %w", err)
-	}
-	return printStatus(stdout, &st, *asJSON, fs.Arg(0))
+	return printStatus(stdout, st, *asJSON, fs.Arg(0))
 }
 
 // readOnlyKV drops writes, so `pollux plan` changes nothing.

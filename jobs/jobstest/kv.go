@@ -23,6 +23,9 @@ type KV struct {
 	// changed is closed (and replaced) on every write.
 	changed chan struct{}
 	fail    func(op, key string) error
+	// gets, reads and writes count Get calls, tree reads and key writes.
+	gets, reads int
+	writes      uint64
 }
 
 type kvEntry struct {
@@ -56,6 +59,7 @@ func (s *KV) check(op, key string) error {
 // write stores value at key under the next index; s.mu is held.
 func (s *KV) write(key string, value []byte) {
 	s.index++
+	s.writes++
 	s.keys[key] = kvEntry{value: append([]byte(nil), value...), modify: s.index}
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -65,6 +69,7 @@ func (s *KV) write(key string, value []byte) {
 func (s *KV) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gets++
 	if err := s.check("get", key); err != nil {
 		return nil, 0, err
 	}
@@ -202,4 +207,50 @@ func (s *KV) Keys() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ReadTree returns every key under the folder dir with its value and
+// ModifyIndex, sorted, as consul.Client.ReadTree does.
+func (s *KV) ReadTree(ctx context.Context, dir string) ([]jobs.KVPair, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	if err := s.check("list", dir); err != nil {
+		return nil, err
+	}
+	dir = strings.TrimSuffix(dir, "/") + "/"
+	var out []jobs.KVPair
+	for k, e := range s.keys {
+		if strings.HasPrefix(k, dir) {
+			out = append(out, jobs.KVPair{Key: k, Value: append([]byte(nil), e.value...), ModifyIndex: e.modify})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// PutMany writes every pair (each checked as a put), as
+// consul.Client.PutMany does in transactions; a failure writes none of
+// the pairs.
+func (s *KV) PutMany(ctx context.Context, pairs []jobs.KVPair) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range pairs {
+		if err := s.check("put", p.Key); err != nil {
+			return err
+		}
+	}
+	for _, p := range pairs {
+		s.write(p.Key, p.Value)
+	}
+	return nil
+}
+
+// Ops returns how many single-key reads (Get) and tree reads the store
+// has served and how many keys it has written, for tests of the
+// controller's I/O.
+func (s *KV) Ops() (gets, trees int, writes uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets, s.reads, s.writes
 }
