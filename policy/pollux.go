@@ -438,14 +438,32 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.capacity[n] = int32(node.GPUs)
 		nodeIdx[node.ID] = n
 	}
+	// GPU types: the share of the cluster's GPUs of each type weighs the
+	// per-type fair-share goodputs into one base per job.
+	types := GPUTypes(in.Nodes)
+	nt := len(types)
+	pr.ntypes, pr.typed = nt, nt > 1
+	pr.nodeType = gaGrow(pr.nodeType, cols)
+	pr.typeNodes = gaGrow(pr.typeNodes, nt)
+	for t := range pr.typeNodes {
+		pr.typeNodes[t] = pr.typeNodes[t][:0]
+	}
+	typeShare := make([]float64, nt)
+	for n, node := range in.Nodes {
+		t, _ := slices.BinarySearch(types, node.Type)
+		pr.nodeType[n] = int32(t)
+		pr.typeNodes[t] = append(pr.typeNodes[t], int32(n))
+		typeShare[t] += float64(node.GPUs) / float64(total)
+	}
+	pr.skipMove = gaSkipScale(1 / float64(rows))
 	pr.maxRep = gaGrow(pr.maxRep, rows)
 	pr.minRep = gaGrow(pr.minRep, rows)
 	pr.factor = gaGrow(pr.factor, rows)
 	pr.growFactor = gaGrow(pr.growFactor, rows)
 	pr.baseSum = gaGrow(pr.baseSum, rows)
-	pr.models = gaGrow(pr.models, rows)
+	pr.models = gaGrow(pr.models, rows*nt)
 	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
-	pr.tabOff = gaGrow(pr.tabOff, rows)
+	pr.tabOff = gaGrow(pr.tabOff, rows*nt)
 	pr.tabStride = gaGrow(pr.tabStride, rows)
 	pr.base.start = gaGrow(pr.base.start, rows+1)
 	pr.base.ent = pr.base.ent[:0]
@@ -457,20 +475,26 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		maxK := min(job.MaxReplicas, total)
 		pr.maxRep[j] = int32(maxK)
 		pr.minRep[j] = int32(job.MinReplicas)
-		pr.tabOff[j] = size
 		pr.tabStride[j] = int32(maxK + 1)
-		size += int32((min(int(pr.maxNodes), maxK) + 1) * (maxK + 1))
-		pr.models[j] = job.Goodput
-		if m := job.Goodput; m != nil {
-			b := m.Goodput(fairN, fairK)
-			if !(b > 0) || math.IsInf(b, 0) {
-				fallbacks++
-				b = m.Goodput(1, 1)
+		for t := range nt {
+			pr.tabOff[j*nt+t] = size
+			size += int32((min(int(pr.maxNodes), maxK) + 1) * (maxK + 1))
+		}
+		if !pr.typed {
+			pr.models[j] = job.Goodput
+			if m := job.Goodput; m != nil {
+				b := m.Goodput(fairN, fairK)
 				if !(b > 0) || math.IsInf(b, 0) {
-					pr.models[j] = nil
+					fallbacks++
+					b = m.Goodput(1, 1)
+					if !(b > 0) || math.IsInf(b, 0) {
+						pr.models[j] = nil
+					}
 				}
+				pr.baseGoodput[j] = b
 			}
-			pr.baseGoodput[j] = b
+		} else if !polluxTypedBase(pr, j, job, types, typeShare, fairN, fairK) {
+			fallbacks++
 		}
 		// Row j of the current allocation: GPUs per node, in node order.
 		pr.base.start[j] = int32(len(pr.base.ent))
@@ -531,6 +555,55 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.skipPres[a] = gaSkipScale(1 / float64(a))
 	}
 	return fallbacks
+}
+
+// polluxTypedBase sets job j's models per GPU type and its speedup base on
+// a typed cluster: the fair-share goodputs of the types weighed by their
+// shares of the cluster's GPUs (types where the model gives none left
+// out), so that a job's speedup on a fast type exceeds its speedup on a
+// slow one. Where no type gives a fair-share goodput it falls back to one
+// GPU, and then to linear speedup (all models nil), as the untyped base
+// does; it returns false on a fallback.
+func polluxTypedBase(pr *polluxProblem, j int, job *Job, types []string, share []float64, fairN, fairK int) bool {
+	nt := len(types)
+	have := false
+	for t, name := range types {
+		m := job.GoodputOn(name)
+		pr.models[j*nt+t] = m
+		have = have || m != nil
+	}
+	if !have {
+		return true
+	}
+	mean := func(nn, k int) float64 {
+		var sum, w float64
+		for t := range nt {
+			m := pr.models[j*nt+t]
+			if m == nil {
+				continue
+			}
+			if g := m.Goodput(nn, k); g > 0 && !math.IsInf(g, 0) {
+				sum += share[t] * g
+				w += share[t]
+			}
+		}
+		if w == 0 {
+			return 0
+		}
+		return sum / w
+	}
+	b := mean(fairN, fairK)
+	ok := b > 0
+	if !ok {
+		b = mean(1, 1)
+	}
+	if !(b > 0) {
+		for t := range nt {
+			pr.models[j*nt+t] = nil
+		}
+	}
+	pr.baseGoodput[j] = b
+	return ok
 }
 
 // polluxJobRestartFactor is the factor applied to a job's scaled speedup
