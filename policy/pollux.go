@@ -111,6 +111,15 @@ type PolluxConfig struct {
 	// (false) is the artifact's: pymoo's result.X, which PolluxPolicy saves
 	// as the next round's seed, holds only the first front.
 	SeedFromWholePopulation bool
+	// WholeNodes restricts a job that spans several nodes to whole nodes
+	// (every node it uses, all of that node's GPUs), as Sia's
+	// configurations do (Sia, SOSP '23, §3.2). The default (false) lets a
+	// job take part of several nodes, as Pollux does.
+	WholeNodes bool
+	// GrowthLimit, if positive, caps the GPUs of a job that holds some at
+	// GrowthLimit times what it holds, as Sia grows a job at most 2x per
+	// round. 0 means no cap (Pollux's: only MaxReplicas bounds it).
+	GrowthLimit int
 }
 
 // withDefaults fills the zero fields with the defaults.
@@ -159,6 +168,9 @@ func (c PolluxConfig) Validate() error {
 	}
 	if math.IsNaN(c.RestartHorizon) || math.IsInf(c.RestartHorizon, 0) || c.RestartHorizon < 0 {
 		errs = append(errs, fmt.Errorf("restart horizon %v s is not a finite non-negative number", c.RestartHorizon))
+	}
+	if c.GrowthLimit < 0 {
+		errs = append(errs, fmt.Errorf("growth limit %d is negative", c.GrowthLimit))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers %d is negative", c.Workers))
@@ -529,6 +541,14 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		}
 	}
 	pr.base.start[rows] = int32(len(pr.base.ent))
+	if cfg.GrowthLimit > 0 {
+		for j := range rows {
+			if b := pr.baseSum[j]; b > 0 {
+				pr.maxRep[j] = max(min(pr.maxRep[j], int32(cfg.GrowthLimit)*b), pr.minRep[j])
+			}
+		}
+	}
+	pr.wholeNodes = cfg.WholeNodes
 	pr.table = gaGrow(pr.table, int(size))
 	for i := range pr.table {
 		pr.table[i] = polluxUnset

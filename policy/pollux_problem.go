@@ -50,6 +50,9 @@ type polluxProblem struct {
 	nodeType  []int32
 	typeNodes [][]int32
 	skipMove  float64 // gaSkipScale of the per-job type-move probability
+	// wholeNodes gives a job spanning several nodes whole nodes only
+	// (PolluxConfig.WholeNodes).
+	wholeNodes bool
 
 	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) on GPU type t has
 	// the bits of a float64 in table[tabOff[j·ntypes+t] + nn·tabStride[j]
@@ -599,8 +602,15 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 				rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
 			}
 		}
-		// (e) Minimum replicas.
-		if sum != 0 && sum < pr.minRep[j] {
+		// (e) Minimum replicas; with WholeNodes, a job on several nodes
+		// must hold all of each one's GPUs.
+		partial := false
+		if pr.wholeNodes && nz > 1 {
+			for _, e := range x.ent[w-nz : w] {
+				partial = partial || spGPUs(e) != capacity[spNode(e)]
+			}
+		}
+		if sum != 0 && (sum < pr.minRep[j] || partial) {
 			for _, e := range x.ent[w-nz : w] {
 				colsum[spNode(e)] -= spGPUs(e)
 			}
