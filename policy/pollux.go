@@ -120,6 +120,10 @@ type PolluxConfig struct {
 	// GrowthLimit times what it holds, as Sia grows a job at most 2x per
 	// round. 0 means no cap (Pollux's: only MaxReplicas bounds it).
 	GrowthLimit int
+	// TypeMoveProbability is the probability that the mutation moves a
+	// job holding GPUs to another GPU type (typed clusters only). 0 means
+	// 1/#jobs.
+	TypeMoveProbability float64
 }
 
 // withDefaults fills the zero fields with the defaults.
@@ -168,6 +172,9 @@ func (c PolluxConfig) Validate() error {
 	}
 	if math.IsNaN(c.RestartHorizon) || math.IsInf(c.RestartHorizon, 0) || c.RestartHorizon < 0 {
 		errs = append(errs, fmt.Errorf("restart horizon %v s is not a finite non-negative number", c.RestartHorizon))
+	}
+	if !(c.TypeMoveProbability >= 0 && c.TypeMoveProbability <= 1) {
+		errs = append(errs, fmt.Errorf("type move probability %v is not in [0, 1]", c.TypeMoveProbability))
 	}
 	if c.GrowthLimit < 0 {
 		errs = append(errs, fmt.Errorf("growth limit %d is negative", c.GrowthLimit))
@@ -468,6 +475,9 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		typeShare[t] += float64(node.GPUs) / float64(total)
 	}
 	pr.skipMove = gaSkipScale(1 / float64(rows))
+	if cfg.TypeMoveProbability > 0 {
+		pr.skipMove = gaSkipScale(cfg.TypeMoveProbability)
+	}
 	pr.maxRep = gaGrow(pr.maxRep, rows)
 	pr.minRep = gaGrow(pr.minRep, rows)
 	pr.factor = gaGrow(pr.factor, rows)

@@ -45,6 +45,10 @@ func TestHetero(t *testing.T) {
 			heteroVariant{label: "pollux-whole", name: "pollux", pollux: policy.PolluxConfig{WholeNodes: true}},
 			heteroVariant{label: "pollux-grow2", name: "pollux", pollux: policy.PolluxConfig{GrowthLimit: 2}})
 	}
+	if os.Getenv("HETERO_MOVE") == "1" {
+		variants = append(variants,
+			heteroVariant{label: "pollux-move.1", name: "pollux", pollux: policy.PolluxConfig{TypeMoveProbability: 0.1}})
+	}
 	var philly, helios []string
 	for i := 1; i <= 8; i++ {
 		philly = append(philly, fmt.Sprintf("sia-philly-%d", i))
