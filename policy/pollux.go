@@ -75,7 +75,10 @@ type PolluxConfig struct {
 	RestartHysteresis float64
 	// ExemptGrowth spares a job that would get more GPUs than it holds
 	// the hysteresis (it still pays the restart factor): only shrinks and
-	// moves must clear the (1 − h) bar.
+	// moves must clear the (1 − h) bar. On a cluster of several GPU types
+	// growth is always exempt (measured on sia-philly-1 under -rules sia:
+	// average JCT 2401 → 1892 s); the default of one-type clusters stays
+	// as it was.
 	ExemptGrowth bool
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
@@ -540,7 +543,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		running := int(pr.base.start[j]) < len(pr.base.ent)
 		pr.factor[j] = polluxJobRestartFactor(job, running, cfg)
 		pr.growFactor[j] = pr.factor[j]
-		if cfg.ExemptGrowth {
+		if cfg.ExemptGrowth || pr.typed {
 			noH := cfg
 			noH.RestartHysteresis = -1
 			pr.growFactor[j] = polluxJobRestartFactor(job, running, noH)
@@ -551,6 +554,9 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		}
 	}
 	pr.base.start[rows] = int32(len(pr.base.ent))
+	if pr.typed {
+		polluxTypeSpeeds(pr, rows)
+	}
 	if cfg.GrowthLimit > 0 {
 		for j := range rows {
 			if b := pr.baseSum[j]; b > 0 {
@@ -634,6 +640,52 @@ func polluxTypedBase(pr *polluxProblem, j int, job *Job, types []string, share [
 	}
 	pr.baseGoodput[j] = b
 	return ok
+}
+
+// polluxTypeSpeeds sets pr.typeSpeed: per type, the mean over the jobs
+// with models on every type of their one-GPU goodput there relative to
+// their mean over types, so that the speeds average 1 over the types (a
+// job without a model keeps, on average, the untyped stand-in k/K_f); 1
+// on every type when no job has models.
+func polluxTypeSpeeds(pr *polluxProblem, rows int) {
+	nt := pr.ntypes
+	pr.typeSpeed = gaGrow(pr.typeSpeed, nt)
+	sum := make([]float64, nt)
+	n := 0
+	one := make([]float64, nt)
+	for j := range rows {
+		ok := true
+		for t := range nt {
+			m := pr.models[j*nt+t]
+			if m == nil {
+				ok = false
+				break
+			}
+			one[t] = m.Goodput(1, 1)
+			if !(one[t] > 0) || math.IsInf(one[t], 0) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		mean := 0.0
+		for t := range nt {
+			mean += one[t]
+		}
+		mean /= float64(nt)
+		for t := range nt {
+			sum[t] += one[t] / mean
+		}
+		n++
+	}
+	for t := range nt {
+		pr.typeSpeed[t] = 1
+		if n > 0 {
+			pr.typeSpeed[t] = sum[t] / float64(n)
+		}
+	}
 }
 
 // polluxJobRestartFactor is the factor applied to a job's scaled speedup

@@ -50,6 +50,10 @@ type polluxProblem struct {
 	nodeType  []int32
 	typeNodes [][]int32
 	skipMove  float64 // gaSkipScale of the per-job type-move probability
+	// typeSpeed is, per type, the mean over jobs with models of their
+	// one-GPU goodput on the type over their base (1 where no job has a
+	// model): the stand-in speed of a job without a model.
+	typeSpeed []float64
 	// wholeNodes gives a job spanning several nodes whole nodes only
 	// (PolluxConfig.WholeNodes).
 	wholeNodes bool
@@ -233,6 +237,11 @@ func (pr *polluxProblem) speedup(w *polluxWorker, j int, t, nn, k int32) float64
 func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 	m := pr.models[j*pr.ntypes+t]
 	if m == nil {
+		if pr.typed {
+			// Linear, at the type's speed relative to the others as
+			// measured on the jobs that have models (typeSpeed).
+			return float64(k) / pr.fairK * pr.typeSpeed[t]
+		}
 		return float64(k) / pr.fairK
 	}
 	g := m.Goodput(nn, k)
