@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
-.PHONY: help build simulate test unit deps servers cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity quality load demo ci clean
+.PHONY: help build simulate test unit deps servers cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality load demo ci clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -88,3 +88,6 @@ ci: check test ## what CI runs
 
 clean:
 	rm -rf $(BIN) out
+
+hetero: ## type-aware pollux vs sia under -rules sia: sia-philly-1..8 and sia-helios-1..10 on t4:6x4,rtx2080ti:3x8,a100:2x8, sia-philly-1..8 on t4:16x4 (HETERO_KNOBS=1 adds Sia's restrictions as pollux variants)
+	$(GO) test -count=1 -run 'TestHetero$$' -v -timeout 120m ./sim/

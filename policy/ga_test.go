@@ -151,7 +151,7 @@ func naiveObjectives(pr *polluxProblem, x []uint8) (float64, float64) {
 		}
 		s := 0.0
 		if k > 0 {
-			s = pr.speedup(pr.workers[0], j, int32(nn), int32(k))
+			s = pr.speedup(pr.workers[0], j, 0, int32(nn), int32(k))
 		}
 		util += s
 		scaled := s * pr.scale

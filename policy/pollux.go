@@ -75,7 +75,10 @@ type PolluxConfig struct {
 	RestartHysteresis float64
 	// ExemptGrowth spares a job that would get more GPUs than it holds
 	// the hysteresis (it still pays the restart factor): only shrinks and
-	// moves must clear the (1 − h) bar.
+	// moves must clear the (1 − h) bar. On a cluster of several GPU types
+	// growth is always exempt (measured on sia-philly-1 under -rules sia:
+	// average JCT 2401 → 1892 s); the default of one-type clusters stays
+	// as it was.
 	ExemptGrowth bool
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
@@ -119,6 +122,19 @@ type PolluxConfig struct {
 	// (false) is the artifact's: pymoo's result.X, which PolluxPolicy saves
 	// as the next round's seed, holds only the first front.
 	SeedFromWholePopulation bool
+	// WholeNodes restricts a job that spans several nodes to whole nodes
+	// (every node it uses, all of that node's GPUs), as Sia's
+	// configurations do (Sia, SOSP '23, §3.2). The default (false) lets a
+	// job take part of several nodes, as Pollux does.
+	WholeNodes bool
+	// GrowthLimit, if positive, caps the GPUs of a job that holds some at
+	// GrowthLimit times what it holds, as Sia grows a job at most 2x per
+	// round. 0 means no cap (Pollux's: only MaxReplicas bounds it).
+	GrowthLimit int
+	// TypeMoveProbability is the probability that the mutation moves a
+	// job holding GPUs to another GPU type (typed clusters only). 0 means
+	// 1/#jobs.
+	TypeMoveProbability float64
 }
 
 // withDefaults fills the zero fields with the defaults.
@@ -167,6 +183,12 @@ func (c PolluxConfig) Validate() error {
 	}
 	if math.IsNaN(c.RestartHorizon) || math.IsInf(c.RestartHorizon, 0) || c.RestartHorizon < 0 {
 		errs = append(errs, fmt.Errorf("restart horizon %v s is not a finite non-negative number", c.RestartHorizon))
+	}
+	if !(c.TypeMoveProbability >= 0 && c.TypeMoveProbability <= 1) {
+		errs = append(errs, fmt.Errorf("type move probability %v is not in [0, 1]", c.TypeMoveProbability))
+	}
+	if c.GrowthLimit < 0 {
+		errs = append(errs, fmt.Errorf("growth limit %d is negative", c.GrowthLimit))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers %d is negative", c.Workers))
@@ -446,14 +468,35 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.capacity[n] = int32(node.GPUs)
 		nodeIdx[node.ID] = n
 	}
+	// GPU types: the share of the cluster's GPUs of each type weighs the
+	// per-type fair-share goodputs into one base per job.
+	types := GPUTypes(in.Nodes)
+	nt := len(types)
+	pr.ntypes, pr.typed = nt, nt > 1
+	pr.nodeType = gaGrow(pr.nodeType, cols)
+	pr.typeNodes = gaGrow(pr.typeNodes, nt)
+	for t := range pr.typeNodes {
+		pr.typeNodes[t] = pr.typeNodes[t][:0]
+	}
+	typeShare := make([]float64, nt)
+	for n, node := range in.Nodes {
+		t, _ := slices.BinarySearch(types, node.Type)
+		pr.nodeType[n] = int32(t)
+		pr.typeNodes[t] = append(pr.typeNodes[t], int32(n))
+		typeShare[t] += float64(node.GPUs) / float64(total)
+	}
+	pr.skipMove = gaSkipScale(1 / float64(rows))
+	if cfg.TypeMoveProbability > 0 {
+		pr.skipMove = gaSkipScale(cfg.TypeMoveProbability)
+	}
 	pr.maxRep = gaGrow(pr.maxRep, rows)
 	pr.minRep = gaGrow(pr.minRep, rows)
 	pr.factor = gaGrow(pr.factor, rows)
 	pr.growFactor = gaGrow(pr.growFactor, rows)
 	pr.baseSum = gaGrow(pr.baseSum, rows)
-	pr.models = gaGrow(pr.models, rows)
+	pr.models = gaGrow(pr.models, rows*nt)
 	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
-	pr.tabOff = gaGrow(pr.tabOff, rows)
+	pr.tabOff = gaGrow(pr.tabOff, rows*nt)
 	pr.tabStride = gaGrow(pr.tabStride, rows)
 	pr.base.start = gaGrow(pr.base.start, rows+1)
 	pr.base.ent = pr.base.ent[:0]
@@ -465,20 +508,26 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		maxK := min(job.MaxReplicas, total)
 		pr.maxRep[j] = int32(maxK)
 		pr.minRep[j] = int32(job.MinReplicas)
-		pr.tabOff[j] = size
 		pr.tabStride[j] = int32(maxK + 1)
-		size += int32((min(int(pr.maxNodes), maxK) + 1) * (maxK + 1))
-		pr.models[j] = job.Goodput
-		if m := job.Goodput; m != nil {
-			b := m.Goodput(fairN, fairK)
-			if !(b > 0) || math.IsInf(b, 0) {
-				fallbacks++
-				b = m.Goodput(1, 1)
+		for t := range nt {
+			pr.tabOff[j*nt+t] = size
+			size += int32((min(int(pr.maxNodes), maxK) + 1) * (maxK + 1))
+		}
+		if !pr.typed {
+			pr.models[j] = job.Goodput
+			if m := job.Goodput; m != nil {
+				b := m.Goodput(fairN, fairK)
 				if !(b > 0) || math.IsInf(b, 0) {
-					pr.models[j] = nil
+					fallbacks++
+					b = m.Goodput(1, 1)
+					if !(b > 0) || math.IsInf(b, 0) {
+						pr.models[j] = nil
+					}
 				}
+				pr.baseGoodput[j] = b
 			}
-			pr.baseGoodput[j] = b
+		} else if !polluxTypedBase(pr, j, job, types, typeShare, fairN, fairK) {
+			fallbacks++
 		}
 		// Row j of the current allocation: GPUs per node, in node order.
 		pr.base.start[j] = int32(len(pr.base.ent))
@@ -502,7 +551,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		running := int(pr.base.start[j]) < len(pr.base.ent)
 		pr.factor[j] = polluxJobRestartFactor(job, running, cfg)
 		pr.growFactor[j] = pr.factor[j]
-		if cfg.ExemptGrowth {
+		if cfg.ExemptGrowth || pr.typed {
 			noH := cfg
 			noH.RestartHysteresis = -1
 			pr.growFactor[j] = polluxJobRestartFactor(job, running, noH)
@@ -513,6 +562,17 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		}
 	}
 	pr.base.start[rows] = int32(len(pr.base.ent))
+	if pr.typed {
+		polluxTypeSpeeds(pr, rows)
+	}
+	if cfg.GrowthLimit > 0 {
+		for j := range rows {
+			if b := pr.baseSum[j]; b > 0 {
+				pr.maxRep[j] = max(min(pr.maxRep[j], int32(cfg.GrowthLimit)*b), pr.minRep[j])
+			}
+		}
+	}
+	pr.wholeNodes = cfg.WholeNodes
 	pr.table = gaGrow(pr.table, int(size))
 	for i := range pr.table {
 		pr.table[i] = polluxUnset
@@ -539,6 +599,101 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.skipPres[a] = gaSkipScale(1 / float64(a))
 	}
 	return fallbacks
+}
+
+// polluxTypedBase sets job j's models per GPU type and its speedup base on
+// a typed cluster: the fair-share goodputs of the types weighed by their
+// shares of the cluster's GPUs (types where the model gives none left
+// out), so that a job's speedup on a fast type exceeds its speedup on a
+// slow one. Where no type gives a fair-share goodput it falls back to one
+// GPU, and then to linear speedup (all models nil), as the untyped base
+// does; it returns false on a fallback.
+func polluxTypedBase(pr *polluxProblem, j int, job *Job, types []string, share []float64, fairN, fairK int) bool {
+	nt := len(types)
+	have := false
+	for t, name := range types {
+		m := job.GoodputOn(name)
+		pr.models[j*nt+t] = m
+		have = have || m != nil
+	}
+	if !have {
+		return true
+	}
+	mean := func(nn, k int) float64 {
+		var sum, w float64
+		for t := range nt {
+			m := pr.models[j*nt+t]
+			if m == nil {
+				continue
+			}
+			if g := m.Goodput(nn, k); g > 0 && !math.IsInf(g, 0) {
+				sum += share[t] * g
+				w += share[t]
+			}
+		}
+		if w == 0 {
+			return 0
+		}
+		return sum / w
+	}
+	b := mean(fairN, fairK)
+	ok := b > 0
+	if !ok {
+		b = mean(1, 1)
+	}
+	if !(b > 0) {
+		for t := range nt {
+			pr.models[j*nt+t] = nil
+		}
+	}
+	pr.baseGoodput[j] = b
+	return ok
+}
+
+// polluxTypeSpeeds sets pr.typeSpeed: per type, the mean over the jobs
+// with models on every type of their one-GPU goodput there relative to
+// their mean over types, so that the speeds average 1 over the types (a
+// job without a model keeps, on average, the untyped stand-in k/K_f); 1
+// on every type when no job has models.
+func polluxTypeSpeeds(pr *polluxProblem, rows int) {
+	nt := pr.ntypes
+	pr.typeSpeed = gaGrow(pr.typeSpeed, nt)
+	sum := make([]float64, nt)
+	n := 0
+	one := make([]float64, nt)
+	for j := range rows {
+		ok := true
+		for t := range nt {
+			m := pr.models[j*nt+t]
+			if m == nil {
+				ok = false
+				break
+			}
+			one[t] = m.Goodput(1, 1)
+			if !(one[t] > 0) || math.IsInf(one[t], 0) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		mean := 0.0
+		for t := range nt {
+			mean += one[t]
+		}
+		mean /= float64(nt)
+		for t := range nt {
+			sum[t] += one[t] / mean
+		}
+		n++
+	}
+	for t := range nt {
+		pr.typeSpeed[t] = 1
+		if n > 0 {
+			pr.typeSpeed[t] = sum[t] / float64(n)
+		}
+	}
 }
 
 // polluxJobRestartFactor is the factor applied to a job's scaled speedup

@@ -54,3 +54,35 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkPolluxTypedOptimize measures one round of the type-aware
+// Pollux on the Sia artifact's 3-type cluster (64 GPUs, 30 and 60 jobs)
+// and on it scaled 32 times (2048 GPUs, Sia's scale_32x study, 500 to 2000
+// jobs), warm as BenchmarkPolluxOptimize, on the inputs BenchmarkSiaOptimize
+// uses.
+func BenchmarkPolluxTypedOptimize(b *testing.B) {
+	for _, size := range []struct{ k, jobs int }{{1, 30}, {1, 60}, {32, 500}, {32, 1000}, {32, 2000}} {
+		b.Run(fmt.Sprintf("gpus=%d/jobs=%d", 64*size.k, size.jobs), func(b *testing.B) {
+			in := policytest.TypedClusterInput(1, policytest.SiaCluster(size.k), size.jobs)
+			p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := p.Optimize(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := processCPU()
+			n := 0
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := p.Optimize(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			b.StopTimer()
+			b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
+		})
+	}
+}

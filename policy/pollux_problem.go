@@ -39,12 +39,32 @@ type polluxProblem struct {
 	avoid      bool    // interference avoidance
 	quirk      bool    // keep the artifact's interference quirk
 
-	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) has the bits of a
-	// float64 in table[tabOff[j] + nn·tabStride[j] + k], computed on first
+	// GPU types (heterogeneous clusters): ntypes distinct Node.Type
+	// values, nodeType the index of each node's type, typeNodes the nodes
+	// of each type in node order. typed is ntypes > 1; then a job keeps
+	// the GPUs of one type only (repair) and the mutation may move a job
+	// to another type. On a cluster of one type nothing of this runs and
+	// the search draws the same random numbers as the untyped one.
+	ntypes    int
+	typed     bool
+	nodeType  []int32
+	typeNodes [][]int32
+	skipMove  float64 // gaSkipScale of the per-job type-move probability
+	// typeSpeed is, per type, the mean over jobs with models of their
+	// one-GPU goodput on the type over their base (1 where no job has a
+	// model): the stand-in speed of a job without a model.
+	typeSpeed []float64
+	// wholeNodes gives a job spanning several nodes whole nodes only
+	// (PolluxConfig.WholeNodes).
+	wholeNodes bool
+
+	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) on GPU type t has
+	// the bits of a float64 in table[tabOff[j·ntypes+t] + nn·tabStride[j]
+	// + k], computed on first
 	// use (polluxUnset until then). Workers read and write it atomically;
 	// modelMu serialises the models, which are not safe for concurrent
 	// use.
-	models      []GoodputModel
+	models      []GoodputModel // per job and type: models[j·ntypes+t]
 	baseGoodput []float64
 	fairK       float64
 	table       []uint64
@@ -86,8 +106,10 @@ type polluxWorker struct {
 	// Per job, the last two (nodes, GPUs) looked up and their speedups
 	// (at 2j and 2j+1): rows change little between states, and the full
 	// table does not fit in the cache at thousands of jobs.
-	lastKey []int32
+	lastKey []int64
 	lastVal []float64
+	// typeGPUs counts a row's GPUs per type (typed clusters).
+	typeGPUs []int32
 }
 
 // polluxUnset marks a speedup not computed yet (a NaN's bits).
@@ -184,23 +206,23 @@ func polluxRestartFactor(age float64, restarts int, delta float64) float64 {
 // fair-share base (Pollux, OSDI '21, §4.1; artifact speedup.py and
 // pollux.py Problem.__init__). SPEEDUP(0, 0) = 0. Jobs without a model get
 // the artifact's linear stand-in k/K_f.
-func (pr *polluxProblem) speedup(w *polluxWorker, j int, nn, k int32) float64 {
+func (pr *polluxProblem) speedup(w *polluxWorker, j int, t, nn, k int32) float64 {
 	if k == 0 {
 		return 0
 	}
-	key := nn<<16 | k
+	key := int64(t)<<40 | int64(nn)<<20 | int64(k)
 	if w.lastKey[2*j] == key {
 		return w.lastVal[2*j]
 	}
 	if w.lastKey[2*j+1] == key {
 		return w.lastVal[2*j+1]
 	}
-	i := pr.tabOff[j] + nn*pr.tabStride[j] + k
+	i := pr.tabOff[j*pr.ntypes+int(t)] + nn*pr.tabStride[j] + k
 	b := atomic.LoadUint64(&pr.table[i])
 	if b == polluxUnset {
 		pr.modelMu.Lock()
 		if b = atomic.LoadUint64(&pr.table[i]); b == polluxUnset {
-			b = math.Float64bits(pr.computeSpeedup(j, int(nn), int(k)))
+			b = math.Float64bits(pr.computeSpeedup(j, int(t), int(nn), int(k)))
 			atomic.StoreUint64(&pr.table[i], b)
 		}
 		pr.modelMu.Unlock()
@@ -212,9 +234,14 @@ func (pr *polluxProblem) speedup(w *polluxWorker, j int, nn, k int32) float64 {
 	return v
 }
 
-func (pr *polluxProblem) computeSpeedup(j, nn, k int) float64 {
-	m := pr.models[j]
+func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
+	m := pr.models[j*pr.ntypes+t]
 	if m == nil {
+		if pr.typed {
+			// Linear, at the type's speed relative to the others as
+			// measured on the jobs that have models (typeSpeed).
+			return float64(k) / pr.fairK * pr.typeSpeed[t]
+		}
 		return float64(k) / pr.fairK
 	}
 	g := m.Goodput(nn, k)
@@ -440,6 +467,9 @@ func (pr *polluxProblem) mutateRepairBatch(slots []int32, seeds []uint64, f0, f1
 		s := slots[i]
 		w.pcg.Seed(seeds[i], uint64(i))
 		pr.mutateWith(w, w.rng, s)
+		if pr.typed {
+			pr.moveTypes(w, w.rng, s)
+		}
 		f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
 	}
 	nw := min(pr.parallel, len(slots))
@@ -526,11 +556,21 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 			continue
 		}
 		row := x.ent[r0:r1]
-		dist := avoid && len(row) > 1
+		// (0) On a typed cluster, one GPU type per job: the type holding
+		// most of the row's GPUs (the first node's type on ties).
+		keepType := int32(-1)
+		span := len(row)
+		if pr.typed {
+			keepType, span = pr.rowType(wk, row)
+		}
+		dist := avoid && span > 1
 		// (a) into the row buffer.
 		buf := wk.rowbuf[:0]
 		var sumA int32
 		for _, e := range row {
+			if keepType >= 0 && pr.nodeType[spNode(e)] != keepType {
+				continue
+			}
 			if avoid {
 				n := spNode(e)
 				c := cnt[n]
@@ -571,8 +611,15 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 				rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
 			}
 		}
-		// (e) Minimum replicas.
-		if sum != 0 && sum < pr.minRep[j] {
+		// (e) Minimum replicas; with WholeNodes, a job on several nodes
+		// must hold all of each one's GPUs.
+		partial := false
+		if pr.wholeNodes && nz > 1 {
+			for _, e := range x.ent[w-nz : w] {
+				partial = partial || spGPUs(e) != capacity[spNode(e)]
+			}
+		}
+		if sum != 0 && (sum < pr.minRep[j] || partial) {
 			for _, e := range x.ent[w-nz : w] {
 				colsum[spNode(e)] -= spGPUs(e)
 			}
@@ -585,7 +632,11 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 			continue
 		}
 		hash += gaMix(rowHash)
-		sp := pr.speedup(wk, j, nz, sum)
+		t := int32(0)
+		if pr.typed {
+			t = pr.nodeType[spNode(x.ent[w-nz])]
+		}
+		sp := pr.speedup(wk, j, t, nz, sum)
 		util += sp
 		scaled := sp * pr.scale
 		if !slices.Equal(x.ent[w-nz:w], pr.base.row(j)) {
@@ -611,6 +662,84 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		utility = util / float64(occupied)
 	}
 	return -fitness, -utility, hash
+}
+
+// rowType returns the GPU type holding most of a row's GPUs (the type of
+// its first node on ties) and the number of the row's nodes of that type.
+func (pr *polluxProblem) rowType(w *polluxWorker, row []uint32) (int32, int) {
+	w.typeGPUs = gaGrow(w.typeGPUs, pr.ntypes)
+	clear(w.typeGPUs)
+	best := pr.nodeType[spNode(row[0])]
+	for _, e := range row {
+		t := pr.nodeType[spNode(e)]
+		w.typeGPUs[t] += spGPUs(e)
+		if w.typeGPUs[t] > w.typeGPUs[best] {
+			best = t
+		}
+	}
+	span := 0
+	for _, e := range row {
+		if pr.nodeType[spNode(e)] == best {
+			span++
+		}
+	}
+	return best, span
+}
+
+// moveTypes is the type-move mutation of a typed cluster: each job's row
+// is, with probability 1/#jobs (the skipMove walk), moved to another GPU
+// type drawn uniformly among the others, keeping its GPU count: its GPUs
+// are laid out on consecutive nodes of that type from a random one, as
+// many per node as the node holds, on at most as many nodes as before
+// (repair trims what does not fit). A job without GPUs is left alone:
+// step (3) of the mutation starts jobs on any type.
+func (pr *polluxProblem) moveTypes(w *polluxWorker, rng *rand.Rand, s int32) {
+	x := &pr.states[s]
+	rows := pr.rows
+	first := true
+	dst := &w.tmp
+	for j := gaSkip(rng, pr.skipMove); j < rows; j += 1 + gaSkip(rng, pr.skipMove) {
+		row := x.row(j)
+		if len(row) == 0 {
+			continue
+		}
+		if first {
+			first = false
+			dst.copyFrom(x)
+		}
+		from := pr.nodeType[spNode(row[0])]
+		to := int32(rng.IntN(pr.ntypes - 1))
+		if to >= from {
+			to++
+		}
+		var k int32
+		for _, e := range row {
+			k += spGPUs(e)
+		}
+		nodes := pr.typeNodes[to]
+		start := rng.IntN(len(nodes))
+		var ent []uint32
+		for i := 0; i < len(nodes) && k > 0 && len(ent) < int(pr.maxNodes); i++ {
+			n := nodes[(start+i)%len(nodes)]
+			v := min(k, pr.capacity[n])
+			if v <= 0 {
+				continue
+			}
+			ent = append(ent, spEntry(n, v))
+			k -= v
+		}
+		slices.Sort(ent)
+		// Replace row j of dst by ent.
+		r0, r1 := dst.start[j], dst.start[j+1]
+		delta := int32(len(ent)) - (r1 - r0)
+		dst.ent = slices.Replace(dst.ent, int(r0), int(r1), ent...)
+		for i := j + 1; i <= rows; i++ {
+			dst.start[i] += delta
+		}
+	}
+	if !first {
+		pr.states[s], w.tmp = w.tmp, pr.states[s]
+	}
 }
 
 // polluxPowerTerm returns v^p, with fast paths for the usual exponents.

@@ -93,7 +93,7 @@ type kind struct {
 
 var kinds = map[string]kind{
 	"pollux": {
-		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: ExploreReplicas},
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
 		make:   func(s Settings) (Policy, error) { return NewPollux(s.Pollux) },
 	},

@@ -1,0 +1,75 @@
+package policy_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pollux-nomad/pollux/policy"
+	pt "github.com/pollux-nomad/pollux/policy/policytest"
+)
+
+// TestPolluxTypedOneTypePerJob: on the Sia cluster with random jobs, every
+// allocation of the type-aware Pollux stays on one GPU type and passes the
+// generic checks, with and without the Sia-style knobs.
+func TestPolluxTypedOneTypePerJob(t *testing.T) {
+	for _, cfg := range []policy.PolluxConfig{{Seed: 3}, {Seed: 3, WholeNodes: true, GrowthLimit: 2}} {
+		in := pt.TypedClusterInput(7, pt.SiaCluster(1), 40)
+		p, err := policy.NewPollux(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typeOf := map[string]string{}
+		capOf := map[string]int{}
+		for _, n := range in.Nodes {
+			typeOf[n.ID], capOf[n.ID] = n.Type, n.GPUs
+		}
+		out, err := p.Optimize(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pt.Check(in, out, pt.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+			t.Fatal(err)
+		}
+		held := map[string]int{}
+		for id, a := range in.Current {
+			held[id] = len(a)
+		}
+		for id, alloc := range out {
+			for _, n := range alloc[1:] {
+				if typeOf[n] != typeOf[alloc[0]] {
+					t.Fatalf("%+v: job %s on two types: %v", cfg, id, alloc)
+				}
+			}
+			if cfg.GrowthLimit > 0 && held[id] > 0 && len(alloc) > 2*held[id] {
+				t.Errorf("%+v: job %s grew from %d to %d GPUs", cfg, id, held[id], len(alloc))
+			}
+			if cfg.WholeNodes && policy.NumNodes(alloc) > 1 {
+				for _, k := range policy.Placement(alloc) {
+					if k != capOf[alloc[0]] {
+						t.Errorf("%+v: job %s on part of a node while spanning several: %v", cfg, id, alloc)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPolluxTypedPrefersFastType: one job alone, linear on every type, is
+// placed on the fastest type (a100).
+func TestPolluxTypedPrefersFastType(t *testing.T) {
+	pools := pt.SiaCluster(1)
+	in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
+		{ID: "a", MaxReplicas: 8, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
+	}}
+	p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Optimize(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := out["a"]; len(a) != 8 || a[0][:4] != "a100" {
+		t.Fatalf("allocation %v, want 8 GPUs of a100", a)
+	}
+}

@@ -1,0 +1,162 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pollux-nomad/pollux/apps"
+	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/results"
+	"github.com/pollux-nomad/pollux/sim"
+)
+
+// heteroVariant is one policy of the comparison: a registry name and, for
+// pollux, its configuration.
+type heteroVariant struct {
+	label, name string
+	pollux      policy.PolluxConfig
+}
+
+// TestHetero compares the type-aware pollux with sia under -rules sia on
+// the Sia artifact's 3-type cluster (sia-philly-1..8, sia-helios-1..10)
+// and on the homogeneous t4:16x4 (sia-philly-1..8), and logs per workload
+// the average and p99 JCT, restarts per job, makespan and GPU-hours per
+// job (`make hetero` prints the tables). HETERO_WORKLOADS (a
+// comma-separated list) restricts the workloads; HETERO_KNOBS=1 adds the
+// pollux variants with Sia's restrictions (whole nodes, 2x growth).
+// Skipped with -short: about 36 simulations of ~30-60 s each on a loaded
+// two-core machine.
+func TestHetero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs dozens of full simulations")
+	}
+	applications, err := sim.LoadTypedApplications(sim.RulesSia)
+	if err != nil {
+		t.Fatalf("load typed applications: %v", err)
+	}
+	variants := []heteroVariant{{label: "pollux", name: "pollux"}, {label: "sia", name: "sia"}}
+	if os.Getenv("HETERO_KNOBS") == "1" {
+		variants = append(variants,
+			heteroVariant{label: "pollux-whole", name: "pollux", pollux: policy.PolluxConfig{WholeNodes: true}},
+			heteroVariant{label: "pollux-grow2", name: "pollux", pollux: policy.PolluxConfig{GrowthLimit: 2}})
+	}
+	if os.Getenv("HETERO_MOVE") == "1" {
+		variants = append(variants,
+			heteroVariant{label: "pollux-move.1", name: "pollux", pollux: policy.PolluxConfig{TypeMoveProbability: 0.1}})
+	}
+	var philly, helios []string
+	for i := 1; i <= 8; i++ {
+		philly = append(philly, fmt.Sprintf("sia-philly-%d", i))
+	}
+	for i := 1; i <= 10; i++ {
+		helios = append(helios, fmt.Sprintf("sia-helios-%d", i))
+	}
+	if only := os.Getenv("HETERO_WORKLOADS"); only != "" {
+		keep := func(ws []string) []string {
+			var out []string
+			for _, w := range ws {
+				if strings.Contains(","+only+",", ","+w+",") {
+					out = append(out, w)
+				}
+			}
+			return out
+		}
+		philly, helios = keep(philly), keep(helios)
+	}
+	const hetero = "t4:6x4,rtx2080ti:3x8,a100:2x8"
+	tables := []struct {
+		cluster   string
+		workloads []string
+	}{{hetero, philly}, {hetero, helios}, {"t4:16x4", philly}}
+	for _, tb := range tables {
+		if len(tb.workloads) == 0 {
+			continue
+		}
+		groups, err := sim.ParseCluster(tb.cluster)
+		if err != nil {
+			t.Fatalf("cluster %q: %v", tb.cluster, err)
+		}
+		sums := make([][]results.Summary, len(tb.workloads))
+		errs := make([][]error, len(tb.workloads))
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, max(runtime.NumCPU(), 1))
+		for i, w := range tb.workloads {
+			sums[i] = make([]results.Summary, len(variants))
+			errs[i] = make([]error, len(variants))
+			for k, v := range variants {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					slots <- struct{}{}
+					defer func() { <-slots }()
+					sums[i][k], errs[i][k] = heteroRun(groups, applications, w, v)
+				}()
+			}
+		}
+		wg.Wait()
+		var b strings.Builder
+		fmt.Fprintf(&b, "cluster %s, -rules sia\n%-14s %-13s %9s %9s %8s %10s %9s %6s\n", tb.cluster,
+			"workload", "policy", "avg JCT s", "p99 JCT s", "rst/job", "makespan s", "GPU-h/job", "ms/rnd")
+		mean := make([]results.Summary, len(variants))
+		n := float64(len(tb.workloads))
+		for i, w := range tb.workloads {
+			for k, v := range variants {
+				if errs[i][k] != nil {
+					t.Fatalf("%s %s: %v", w, v.label, errs[i][k])
+				}
+				s := sums[i][k]
+				if s.Completed != s.Jobs {
+					t.Errorf("%s %s: %d of %d jobs completed", w, v.label, s.Completed, s.Jobs)
+				}
+				fmt.Fprintf(&b, "%-14s %-13s %9.0f %9.0f %8.2f %10.0f %9.2f %6.1f\n", w, v.label,
+					s.AvgJCT, s.P99JCT, s.RestartsPerJob, s.Makespan, s.GPUHoursPerJob, s.OptimizeMsMedian)
+				m := &mean[k]
+				m.AvgJCT += s.AvgJCT / n
+				m.P99JCT += s.P99JCT / n
+				m.RestartsPerJob += s.RestartsPerJob / n
+				m.Makespan += s.Makespan / n
+				m.GPUHoursPerJob += s.GPUHoursPerJob / n
+				m.OptimizeMsMedian += s.OptimizeMsMedian / n
+			}
+		}
+		for k, v := range variants {
+			m := mean[k]
+			fmt.Fprintf(&b, "%-14s %-13s %9.0f %9.0f %8.2f %10.0f %9.2f %6.1f  (%.3fx sia)\n", "mean", v.label,
+				m.AvgJCT, m.P99JCT, m.RestartsPerJob, m.Makespan, m.GPUHoursPerJob, m.OptimizeMsMedian, m.AvgJCT/mean[1].AvgJCT)
+		}
+		t.Log("\n" + b.String())
+	}
+}
+
+// heteroRun simulates workload w on groups under -rules sia with variant v.
+func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application, w string, v heteroVariant) (results.Summary, error) {
+	jobs, wl, err := sim.LoadWorkload(w, applications)
+	if err != nil {
+		return results.Summary{}, err
+	}
+	var pol policy.Policy
+	if v.name == "pollux" {
+		cfg := v.pollux
+		cfg.Seed = 1
+		pol, err = policy.NewPollux(cfg)
+	} else {
+		pol, err = sim.NewPolicyFor(v.name, 1, sim.RulesSia)
+	}
+	if err != nil {
+		return results.Summary{}, err
+	}
+	s, err := sim.New(sim.Config{Cluster: groups, Rules: sim.RulesSia}, applications, jobs, wl, pol)
+	if err != nil {
+		return results.Summary{}, err
+	}
+	run, err := s.Run(context.Background(), nil)
+	if err != nil {
+		return results.Summary{}, err
+	}
+	return results.Summarize(run), nil
+}
