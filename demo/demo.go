@@ -264,7 +264,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 					if cfg.Measured.RestartTimes == nil {
 						cfg.Measured.RestartTimes = map[string]float64{}
 					}
-					cfg.Measured.RestartTimes[j.Name] = median(st.RestartSamples) * cfg.Speedup
+					cfg.Measured.RestartTimes[j.Name] = results.Quantile(st.RestartSamples, 0.5) * cfg.Speedup
 				}
 				res.GPUSeconds = st.AttainedService * cfg.Speedup
 				if st.Decision != nil {
@@ -280,7 +280,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 		for i := 1; i < len(run.Timeline); i++ {
 			gaps = append(gaps, run.Timeline[i].Time-run.Timeline[i-1].Time)
 		}
-		cfg.Measured.RoundInterval = median(gaps)
+		cfg.Measured.RoundInterval = results.Quantile(gaps, 0.5)
 	}
 	run.Wall = time.Since(start)
 	return run, nil
@@ -429,19 +429,4 @@ func (o profileOracle) StepTime(k int) float64 {
 		return math.Inf(1)
 	}
 	return step + (step-sync)*float64(accum)
-}
-
-// median returns the median of xs (the mean of the middle two for an even
-// count); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

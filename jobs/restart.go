@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/results"
 )
 
 // Restart times (issue 13): the controller measures how long each job
@@ -51,7 +52,7 @@ func (c *Controller) observeRestart(ref JobRef, s *State, doc *contract.Metrics)
 		s.RestartSamples = slices.Delete(s.RestartSamples, 0, n-contract.MaxRestartSamples)
 	}
 	s.RestartOpen = false
-	c.log.Info("measured a restart", "job_id", ref.String(), "restart_s", sample, "estimate_s", medianOf(s.RestartSamples))
+	c.log.Info("measured a restart", "job_id", ref.String(), "restart_s", sample, "estimate_s", results.Quantile(s.RestartSamples, 0.5))
 }
 
 // restartTime is the job's restart time for the policy: the median of its
@@ -62,7 +63,7 @@ func restartTime(cfg Config, s *State) float64 {
 		return 0
 	}
 	// A measured 0 must not read as "unknown".
-	return max(min(medianOf(s.RestartSamples), cfg.RestartTimeMax.Seconds()), 1e-3)
+	return max(min(results.Quantile(s.RestartSamples, 0.5), cfg.RestartTimeMax.Seconds()), 1e-3)
 }
 
 // restoring tells whether a job that holds GPUs is still restarting on its
@@ -76,19 +77,4 @@ func restoring(cfg Config, s *State, running bool, now time.Time) bool {
 	}
 	window := min(cfg.RestartTimeMax.Seconds(), 2*max(restartTime(cfg, s), cfg.RestartPenalty.Seconds()))
 	return now.Sub(s.AppliedAt).Seconds() < window
-}
-
-// medianOf returns the median of xs (the mean of the middle two for an even
-// count); 0 for none.
-func medianOf(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -19,31 +19,36 @@ import (
 func BenchmarkPolluxOptimize(b *testing.B) {
 	for _, size := range []struct{ nodes, jobs int }{{16, 30}, {16, 45}, {16, 60}, {64, 180}, {256, 720}, {1024, 2880}} {
 		b.Run(fmt.Sprintf("gpus=%d/jobs=%d", size.nodes*4, size.jobs), func(b *testing.B) {
-			in := policytest.ClusterInput(1, size.nodes, 4, size.jobs)
-			p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if _, err := p.Optimize(ctx, in); err != nil {
-				b.Fatal(err)
-			}
-			cpu0 := processCPU()
-			n := 0
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := p.Optimize(ctx, in); err != nil {
-					b.Fatal(err)
-				}
-				n++
-			}
-			b.StopTimer()
+			p := benchmarkRounds(b, policytest.ClusterInput(1, size.nodes, 4, size.jobs))
 			b.ReportMetric(float64(p.LastStats().Evaluations), "evals/op")
-			// CPU time of the process per round: on a shared machine it
-			// varies less with the load than the wall time.
-			b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
 		})
 	}
+}
+
+// benchmarkRounds times warm Pollux rounds (seed 1) on in, reporting the
+// process's CPU time per round, which on a shared machine varies less
+// with the load than the wall time, and returns the policy.
+func benchmarkRounds(b *testing.B, in policy.Input) *policy.PolluxPolicy {
+	p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.Optimize(ctx, in); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := processCPU()
+	n := 0
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := p.Optimize(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.StopTimer()
+	b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
+	return p
 }
 
 // processCPU returns the user and system CPU time of the process so far.
@@ -63,26 +68,7 @@ func processCPU() time.Duration {
 func BenchmarkPolluxTypedOptimize(b *testing.B) {
 	for _, size := range []struct{ k, jobs int }{{1, 30}, {1, 60}, {32, 500}, {32, 1000}, {32, 2000}} {
 		b.Run(fmt.Sprintf("gpus=%d/jobs=%d", 64*size.k, size.jobs), func(b *testing.B) {
-			in := policytest.TypedClusterInput(1, policytest.SiaCluster(size.k), size.jobs)
-			p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if _, err := p.Optimize(ctx, in); err != nil {
-				b.Fatal(err)
-			}
-			cpu0 := processCPU()
-			n := 0
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := p.Optimize(ctx, in); err != nil {
-					b.Fatal(err)
-				}
-				n++
-			}
-			b.StopTimer()
-			b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
+			benchmarkRounds(b, policytest.TypedClusterInput(1, policytest.SiaCluster(size.k), size.jobs))
 		})
 	}
 }
