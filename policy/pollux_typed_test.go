@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/pollux-nomad/pollux/policy"
@@ -71,5 +72,38 @@ func TestPolluxTypedPrefersFastType(t *testing.T) {
 	}
 	if a := out["a"]; len(a) != 8 || a[0][:4] != "a100" {
 		t.Fatalf("allocation %v, want 8 GPUs of a100", a)
+	}
+}
+
+// TestPolluxTypedDefaults: left zero, FairnessP and RestartHysteresis take
+// the typed defaults (PolluxTypedFairnessP, PolluxTypedRestartHysteresis)
+// on a cluster of several GPU types and the one-type defaults elsewhere;
+// an operator's explicit values hold on both.
+func TestPolluxTypedDefaults(t *testing.T) {
+	decide := func(cfg policy.PolluxConfig, in policy.Input) string {
+		t.Helper()
+		p, err := policy.NewPollux(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.Optimize(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(out)
+	}
+	typed := pt.TypedClusterInput(5, pt.SiaCluster(1), 40)
+	one := pt.ClusterInput(5, 16, 4, 40)
+	zero := policy.PolluxConfig{Seed: 2}
+	typedDefaults := policy.PolluxConfig{Seed: 2, FairnessP: policy.PolluxTypedFairnessP, RestartHysteresis: policy.PolluxTypedRestartHysteresis}
+	oneDefaults := policy.PolluxConfig{Seed: 2, FairnessP: policy.PolluxDefaultFairnessP, RestartHysteresis: policy.PolluxDefaultRestartHysteresis}
+	if a, b := decide(zero, typed), decide(typedDefaults, typed); a != b {
+		t.Errorf("typed cluster, zero config:\n%s\nwant the typed defaults':\n%s", a, b)
+	}
+	if a, b := decide(zero, typed), decide(oneDefaults, typed); a == b {
+		t.Errorf("typed cluster: the one-type defaults decide the same (%s): the test cannot tell them apart", a)
+	}
+	if a, b := decide(zero, one), decide(oneDefaults, one); a != b {
+		t.Errorf("one-type cluster, zero config:\n%s\nwant the one-type defaults':\n%s", a, b)
 	}
 }
