@@ -235,20 +235,13 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 // List returns every key under dir (relative to the prefix, ending in
 // "/") with its value, keyed relative to the prefix, in one request.
 func (c *Client) List(ctx context.Context, dir string) (map[string][]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-	defer cancel()
-	full, err := c.full(strings.TrimSuffix(dir, "/"))
+	pairs, err := c.ReadTree(ctx, dir)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list keys: %w", err)
-	}
-	full += "/"
-	pairs, _, err := c.kv.List(full, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("failed to list keys under %q: %w", full, c.denied(err, "reading", full, false))
+		return nil, err
 	}
 	out := make(map[string][]byte, len(pairs))
 	for _, p := range pairs {
-		out[strings.TrimPrefix(p.Key, c.cfg.Prefix)] = valueOf(p)
+		out[p.Key] = p.Value
 	}
 	return out, nil
 }
