@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,9 +20,13 @@ import (
 // instead of reading it again, and takes the job's placed allocations
 // from one listing of every placed allocation, shared by the reads of a
 // round, instead of one listing per job. A spec is re-read when its
-// JobModifyIndex moves, when it is older than specTTL (the safety net),
-// and after Invalidate (a new leadership term). Entries of jobs no longer
-// listed are dropped, so the cache holds at most the listed jobs.
+// JobModifyIndex moves, when it is older than its time to live (the safety
+// net: specTTL less up to a half at random, so that specs cached in one
+// round are not all read again in one later round), and after Invalidate
+// (a new leadership term). Apply writes from the cached spec (the
+// check-and-set guards it) and caches what it wrote at the new index, so
+// a job the controller changed is not read back. Entries of jobs no
+// longer listed are dropped, so the cache holds at most the listed jobs.
 const (
 	// specTTL bounds how long a cached spec is trusted without a re-read.
 	specTTL = 10 * time.Minute
@@ -42,7 +47,8 @@ type cachedSpec struct {
 	index  uint64
 	job    *api.Job
 	submit time.Time
-	at     time.Time
+	// expires is when the spec is read again even if unchanged.
+	expires time.Time
 }
 
 // readCache is the Client's cache; its zero value is empty and usable.
@@ -96,7 +102,7 @@ func (rc *readCache) spec(ref jobs.JobRef) (cachedSpec, listed, bool) {
 	defer rc.mu.Unlock()
 	l, ok := rc.listed[ref]
 	s, cached := rc.specs[ref]
-	if !ok || !cached || s.index != l.jobModifyIndex || rc.clock().Sub(s.at) > specTTL {
+	if !ok || !cached || s.index != l.jobModifyIndex || rc.clock().After(s.expires) {
 		return cachedSpec{}, listed{}, false
 	}
 	return s, l, true
@@ -109,7 +115,25 @@ func (rc *readCache) remember(ref jobs.JobRef, job *api.Job, submit time.Time) {
 	if rc.specs == nil {
 		rc.specs = map[jobs.JobRef]cachedSpec{}
 	}
-	rc.specs[ref] = cachedSpec{index: *job.JobModifyIndex, job: job, submit: submit, at: rc.clock()}
+	ttl := specTTL - time.Duration(rand.Int64N(int64(specTTL/2)))
+	rc.specs[ref] = cachedSpec{index: *job.JobModifyIndex, job: job, submit: submit, expires: rc.clock().Add(ttl)}
+}
+
+// at returns a copy of the cached spec of ref if it was read (or written)
+// at JobModifyIndex index, however old: a write from it is a check-and-set
+// at that index, which Nomad refuses if the job changed since.
+func (rc *readCache) at(ref jobs.JobRef, index uint64) (*api.Job, time.Time, bool) {
+	rc.mu.Lock()
+	s, ok := rc.specs[ref]
+	rc.mu.Unlock()
+	if !ok || s.index != index {
+		return nil, time.Time{}, false
+	}
+	job, err := copyJob(s.job)
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	return job, s.submit, true
 }
 
 // forget drops a job's spec (after a write to it).

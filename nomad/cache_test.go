@@ -66,3 +66,10 @@ func TestReadCache(t *testing.T) {
 		t.Errorf("%d specs kept for jobs no longer listed", len(c.cache.specs))
 	}
 }
+
+// SpecCached reports whether ReadListed would reuse ref's spec (for the
+// external tests).
+func (c *Client) SpecCached(ref jobs.JobRef) bool {
+	_, _, ok := c.cache.spec(ref)
+	return ok
+}

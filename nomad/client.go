@@ -596,9 +596,17 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	ref := ch.Job
 	ref.Namespace = namespace(ref)
 	log := c.log.With("job_id", ref.String())
-	job, err := c.info(ctx, ref)
-	if err != nil {
-		return 0, fmt.Errorf("failed to apply change: %w", err)
+	// The spec the round read at ch.JobModifyIndex, else a fresh read: the
+	// write is a check-and-set at that index either way.
+	job, submit, cached := c.cache.at(ref, ch.JobModifyIndex)
+	if !cached {
+		var err error
+		if job, err = c.info(ctx, ref); err != nil {
+			return 0, fmt.Errorf("failed to apply change: %w", err)
+		}
+		if submit, err = c.submitTime(ctx, ref, job); err != nil {
+			return 0, fmt.Errorf("failed to apply change: %w", err)
+		}
 	}
 	if job.Meta[contract.MetaEnabled] != "true" {
 		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, ErrNotManaged)
@@ -616,11 +624,7 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		return 0, fmt.Errorf("failed to apply change to job %s: %s", ref, problem)
 	}
 	if _, ok := job.Meta[contract.MetaSubmitTime]; !ok {
-		first, err := c.submitTime(ctx, ref, job)
-		if err != nil {
-			return 0, fmt.Errorf("failed to apply change: %w", err)
-		}
-		job.Meta[contract.MetaSubmitTime] = first.Format(time.RFC3339Nano)
+		job.Meta[contract.MetaSubmitTime] = submit.Format(time.RFC3339Nano)
 	}
 	if err := reshape(job, g, ch.Placement, c.dev, gpuTypeConstraint(c.typeSource(), ch.GPUModels)); err != nil {
 		return 0, fmt.Errorf("failed to apply change to job %s: %w", ref, err)
@@ -655,7 +659,14 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		}
 		index = *fresh.JobModifyIndex
 	}
-	c.cache.forget(ref)
+	// What was written is the spec at the new index: cache it, so that the
+	// next round need not read it back (an unknown index: read it then).
+	*job.JobModifyIndex = index
+	if resp.JobModifyIndex != 0 {
+		c.cache.remember(ref, job, submit)
+	} else {
+		c.cache.forget(ref)
+	}
 	log.Debug("applied placement", "placement", formatPlacement(ch.Placement), "job_modify_index", index, "eval_id", resp.EvalID)
 	return index, nil
 }

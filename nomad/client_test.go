@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
@@ -375,6 +376,21 @@ func testApplyPlacement(t *testing.T, typ string) {
 		}
 		if !cur.SubmitTime.Equal(first.SubmitTime) {
 			t.Errorf("%s: SubmitTime %v, want the first submission %v", step.name, cur.SubmitTime, first.SubmitTime)
+		}
+		// The spec Apply cached as written reads the same as Nomad's copy.
+		if _, _, err := c.ListJobs(ctx, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !c.SpecCached(r) {
+			t.Errorf("%s: the written spec is not cached at the listed index", step.name)
+		}
+		listed, err := c.ReadListed(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (Running comes from a shared allocation listing up to a second old.)
+		if d := cmp.Diff(cur, listed, cmpopts.IgnoreFields(jobs.Job{}, "Running")); d != "" {
+			t.Errorf("%s: the cached spec reads differently from Nomad's (-nomad +cached):\n%s", step.name, d)
 		}
 		// Device IDs really allocated per node: distinct, of that node, as many as decided.
 		devs := nomadtest.Devices(t, raw, "default", id, nomadtest.Device())

@@ -312,3 +312,17 @@ func copyGroup(g *api.TaskGroup) (*api.TaskGroup, error) {
 	}
 	return &c, nil
 }
+
+// copyJob returns a deep copy of a job spec (the cache's copy must not
+// change when a write reshapes the one it hands out).
+func copyJob(j *api.Job) (*api.Job, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("failed to copy job %q: %w", deref(j.ID), err)
+	}
+	var c api.Job
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("failed to copy job %q: %w", deref(j.ID), err)
+	}
+	return &c, nil
+}
