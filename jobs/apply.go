@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -28,7 +30,7 @@ func (c *Controller) apply(ctx context.Context, r *round, p Plan) {
 	}
 	free := newOccupancy(r.in.Nodes, running)
 	done := c.scaleToZero(ctx, r, p, hold, writes, free)
-	var blocked []*Step
+	var changes []*Step
 	for i := range p.Steps {
 		if c.interrupted(ctx, i, len(p.Steps)) {
 			return
@@ -37,25 +39,77 @@ func (c *Controller) apply(ctx context.Context, r *round, p Plan) {
 		if done[i] {
 			continue
 		}
-		e := r.entries[s.Index]
-		if writes && s.Change && !free.fits(e.job.Running, s.Placement) {
-			blocked = append(blocked, s)
+		if writes && s.Change {
+			changes = append(changes, s)
 			continue
 		}
-		before := e.job.Running
-		c.settle(ctx, r, p, e, s, hold)
-		if e.st.Applied {
-			free.move(before, s.Placement)
-		}
+		c.settle(ctx, r, p, r.entries[s.Index], s, hold)
 	}
+	blocked := c.writeWaves(ctx, r, p, changes, free)
 	c.vacateAndPlace(ctx, r, p, blocked, free)
 }
 
-// scaleToZero writes, with at most writeConcurrency writes in flight,
-// the changes that give a job no GPUs: they only free GPUs, so they
-// neither wait for nor block another step (a first round scales every job
-// the policy leaves waiting to zero: most of 2,000 jobs). It returns the
-// steps it settled.
+// writeWaves writes the changes in waves of parallel writes (at most
+// writeConcurrency in flight): each wave takes, in the plan's order, the
+// changes whose new GPUs are free now, not counting GPUs that another
+// change of the same wave frees (its write may fail), and reserving what
+// each takes. The GPUs the wave's writes really freed serve the next
+// wave. It returns the changes that never fit (their GPUs are held by a
+// job that must be stopped first, or by a job whose write failed).
+func (c *Controller) writeWaves(ctx context.Context, r *round, p Plan, changes []*Step, free occupancy) []*Step {
+	for len(changes) > 0 {
+		if c.interrupted(ctx, 0, len(changes)) {
+			return nil
+		}
+		reserved := maps.Clone(free)
+		var wave, rest []*Step
+		for _, s := range changes {
+			running := r.entries[s.Index].job.Running
+			if !reserved.fits(running, s.Placement) {
+				rest = append(rest, s)
+				continue
+			}
+			reserved.take(running, s.Placement)
+			wave = append(wave, s)
+		}
+		if len(wave) == 0 {
+			return rest
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, writeConcurrency)
+		for _, s := range wave {
+			e := r.entries[s.Index]
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if ctx.Err() != nil {
+					return // interrupted: writes not begun are left
+				}
+				before := e.job.Running
+				c.settle(ctx, r, p, e, s, "")
+				if e.st.Applied {
+					mu.Lock()
+					free.move(before, s.Placement)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		changes = rest
+	}
+	return nil
+}
+
+// scaleToZero writes the changes that give a job no GPUs: they only free
+// GPUs, so they neither wait for nor block another step (a first round
+// scales every job the policy leaves waiting to zero: most of 2,000
+// jobs). Their intents are saved in batched transactions first (the
+// write-ahead), then the Nomad writes go out with at most
+// zeroConcurrency in flight, then their outcomes are saved in batches. It
+// returns the steps it settled.
 func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold string, writes bool, free occupancy) map[int]bool {
 	if !writes {
 		return nil
@@ -70,31 +124,65 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 		return nil
 	}
 	done := make(map[int]bool, len(idx))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, writeConcurrency)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout+time.Duration(len(idx)/zeroConcurrency+1)*time.Second)
+	defer cancel()
+	intents := make([]KVPair, 0, len(idx))
 	for _, i := range idx {
-		if ctx.Err() != nil {
-			break
-		}
-		done[i] = true
 		s := &p.Steps[i]
 		e := r.entries[s.Index]
+		done[i] = true
+		c.begin1(e, s)
+		c.intend(e, s.Alloc, s.Decision)
+		raw, _ := json.Marshal(e.state)
+		intents = append(intents, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
+	}
+	failed, err := c.putMany(actx, intents)
+	if err != nil && !c.kvDown(err) {
+		c.log.Warn("failed to record writes ahead; holding those jobs", "jobs", len(failed), "error", err)
+		c.metrics.incError("write_state")
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, zeroConcurrency)
+	var outcomes []KVPair
+	for _, i := range idx {
+		s := &p.Steps[i]
+		e := r.entries[s.Index]
+		if failed[stateKey(e.job.JobRef)] {
+			c.unrecorded(e)
+			continue
+		}
+		if ctx.Err() != nil {
+			// Recorded but not made: the next round's reconcile sees the
+			// job unchanged and decides again.
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			before := e.job.Running
-			c.settle(ctx, r, p, e, s, hold)
-			if e.st.Applied {
-				mu.Lock()
+			from := contract.FormatPlacement(e.job.Placement)
+			idx, ok := c.change(actx, e, s.Alloc, s.Decision, s.GPUModels, r.status)
+			raw, _ := json.Marshal(e.state)
+			mu.Lock()
+			outcomes = append(outcomes, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
+			if ok {
 				free.move(before, nil)
-				mu.Unlock()
+			}
+			mu.Unlock()
+			if ok {
+				c.applied(ctx, e, s, from, idx)
 			}
 		}()
 	}
 	wg.Wait()
+	if failed, err := c.putMany(actx, outcomes); err != nil && !c.kvDown(err) {
+		// The intents stay recorded; the next round's reconcile completes them.
+		c.log.Warn("failed to record the outcome of writes", "jobs", len(failed), "error", err)
+		c.metrics.incError("write_state")
+	}
 	return done
 }
 
@@ -163,14 +251,12 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 	ref := e.job.JobRef
 	log := c.log.With("job_id", ref.String())
 	d := s.Decision
-	e.st.Decision, e.st.GPUs, e.st.GPUType = &d, d.NumReplicas, d.GPUType
-	c.metrics.setJobGPUs(ref.String(), d.NumReplicas)
+	c.begin1(e, s)
 	if !s.Change {
 		c.checkPlaced(ctx, e)
 		c.publish(ctx, ref, d)
 		return
 	}
-	e.st.Changed = true
 	if p.DryRun {
 		log.Info("would reallocate (dry run)", "from", contract.FormatPlacement(e.job.Placement), "to", d.Placement, "batch_size", d.BatchSize)
 		return
@@ -181,12 +267,26 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 	}
 	from := contract.FormatPlacement(e.job.Placement)
 	idx, ok := c.write(ctx, e, s.Alloc, d, s.GPUModels, r.status)
-	if !ok {
-		return
+	if ok {
+		c.applied(ctx, e, s, from, idx)
 	}
+}
+
+// begin1 records a step's decision in the job's status and metrics.
+func (c *Controller) begin1(e *entry, s *Step) {
+	d := s.Decision
+	e.st.Decision, e.st.GPUs, e.st.GPUType = &d, d.NumReplicas, d.GPUType
+	e.st.Changed = s.Change
+	c.metrics.setJobGPUs(e.job.JobRef.String(), d.NumReplicas)
+}
+
+// applied records a step written to Nomad: status, published decision,
+// log.
+func (c *Controller) applied(ctx context.Context, e *entry, s *Step, from string, idx uint64) {
+	d := s.Decision
 	e.st.Applied = true
-	c.publish(context.WithoutCancel(ctx), ref, d)
-	log.Info("reallocated", "from", from, "to", d.Placement, "gpu_type", d.GPUType, "batch_size", d.BatchSize,
+	c.publish(context.WithoutCancel(ctx), e.job.JobRef, d)
+	c.log.Info("reallocated", "job_id", e.job.JobRef.String(), "from", from, "to", d.Placement, "gpu_type", d.GPUType, "batch_size", d.BatchSize,
 		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
 }
 
@@ -210,9 +310,6 @@ func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool 
 // JobModifyIndex and whether the write happened; a refused or failed write
 // is recorded in the job's status.
 func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Decision, models []string, status *Status) (uint64, bool) {
-	ref := e.job.JobRef
-	log := c.log.With("job_id", ref.String())
-	want := PlacementOf(alloc)
 	// A write that has begun is finished and recorded even if the round is
 	// cancelled (SIGTERM, lost lock) meanwhile: a request cut off half-way
 	// would leave the outcome unknown. The check-and-set keeps it safe.
@@ -220,13 +317,38 @@ func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Deci
 	defer cancel()
 	// Write-ahead: record the intent, so that whoever runs the next round
 	// can tell whether this write happened if this process dies during it.
-	e.state.Pending = &PendingApply{Round: c.round, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
-	if !c.saveState(actx, ref, e.state) {
-		e.state.Pending = nil
-		e.st.Error = "held: cannot record the write in consul first"
+	c.intend(e, alloc, d)
+	if !c.saveState(actx, e.job.JobRef, e.state) {
+		c.unrecorded(e)
 		return 0, false
 	}
-	idx, err := c.cluster.Apply(actx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta(), GPUModels: models})
+	idx, ok := c.change(actx, e, alloc, d, models, status)
+	c.saveState(actx, e.job.JobRef, e.state)
+	return idx, ok
+}
+
+// intend records in the job's state (in memory) the write about to be
+// made; it must be saved before the write (write-ahead).
+func (c *Controller) intend(e *entry, alloc []string, d Decision) {
+	e.state.Pending = &PendingApply{Round: c.round, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
+}
+
+// unrecorded holds a job whose intent could not be saved: no write
+// without its record.
+func (c *Controller) unrecorded(e *entry) {
+	e.state.Pending = nil
+	e.st.Error = "held: cannot record the write in consul first"
+}
+
+// change makes the write whose intent is recorded: the check-and-set on
+// Nomad, then the outcome in the job's state in memory (the caller saves
+// it). It returns the job's new JobModifyIndex and whether the write
+// happened; a refused or failed write is recorded in the job's status.
+func (c *Controller) change(ctx context.Context, e *entry, alloc []string, d Decision, models []string, status *Status) (uint64, bool) {
+	ref := e.job.JobRef
+	log := c.log.With("job_id", ref.String())
+	want := PlacementOf(alloc)
+	idx, err := c.cluster.Apply(ctx, Change{Job: ref, JobModifyIndex: e.job.JobModifyIndex, Placement: want, Meta: d.Meta(), GPUModels: models})
 	switch {
 	case errors.Is(err, ErrConflict):
 		e.st.Conflict = true
@@ -235,7 +357,6 @@ func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Deci
 		c.statusMu.Unlock()
 		c.metrics.incConflict()
 		e.state.Pending = nil
-		c.saveState(actx, ref, e.state)
 		log.Warn("job changed since it was read; keeping the operator's version and deciding again next round", "read_index", e.job.JobModifyIndex)
 		return 0, false
 	case err != nil:
@@ -250,7 +371,6 @@ func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Deci
 		return 0, false
 	}
 	c.commit(e.state, alloc, &d, idx, c.now())
-	c.saveState(actx, ref, e.state)
 	e.job.JobModifyIndex, e.job.Placement, e.job.Unshaped = idx, want, false
 	return idx, true
 }

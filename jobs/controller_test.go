@@ -294,7 +294,9 @@ func TestConflictKeepsOperatorEdit(t *testing.T) {
 // apply changes nothing; one that loses it during the apply (the agent
 // cancels the round) finishes the write in progress and leaves the rest.
 func TestFenceHoldsWithoutLock(t *testing.T) {
-	f := newFixture(t, map[string]int{"n1": 4})
+	// Three GPUs: a's write frees none for b, so b's comes after it (two
+	// writes whose GPUs are free go out in parallel).
+	f := newFixture(t, map[string]int{"n1": 3})
 	a, b := f.submit("a", 1), f.submit("b", 1)
 	f.policy.set(map[string][]string{"a": {"n1", "n1"}, "b": {"n1", "n1"}})
 	c := f.controller("ctl")
@@ -419,5 +421,100 @@ func TestPolicyKeptBetweenRounds(t *testing.T) {
 	set(func(cfg *jobs.Config) { cfg.DryRun = true })        // not a policy setting
 	if want := []string{"pollux", "tiresias", "pollux"}; !slices.Equal(made, want) {
 		t.Fatalf("policies made: %v, want %v", made, want)
+	}
+}
+
+// TestScaleToZeroWriteAhead: the jobs a round scales to zero (most of a
+// large first round) are recorded in batches before any of them is
+// written: if the intents cannot be saved, no job is written; a write
+// whose answer is lost stays pending and the next round completes it;
+// the others end with their zero decision recorded and nothing pending.
+func TestScaleToZeroWriteAhead(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	var refs []jobs.JobRef
+	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+		refs = append(refs, f.submit(id, 1))
+	}
+	f.policy.set(nil) // nobody gets GPUs: every job is scaled to zero
+	var mu sync.Mutex
+	written := map[string]bool{}
+	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
+		mu.Lock()
+		defer mu.Unlock()
+		written[ch.Job.ID] = true
+		return nil
+	}})
+	f.kv.FailWith(func(op, key string) error {
+		if op == "put" && strings.HasSuffix(key, "/state") {
+			return errors.New("injected: consul refuses the write")
+		}
+		return nil
+	})
+	c := f.controller("ctl")
+	st := f.round(c)
+	if len(written) != 0 {
+		t.Fatalf("jobs written although their intents were not recorded: %v", written)
+	}
+	for _, r := range refs {
+		if line := jobLine(t, st, r); line.Applied || !f.job(r).Unshaped {
+			t.Fatalf("%s after a round without write-ahead: %+v, job %+v", r, line, f.job(r))
+		}
+	}
+
+	f.kv.FailWith(nil)
+	f.cluster.SetHooks(jobstest.Hooks{AfterApply: func(ch jobs.Change) error {
+		if ch.Job.ID == "c" {
+			return errors.New("injected: answer lost")
+		}
+		return nil
+	}})
+	f.clock.Advance(time.Minute)
+	st = f.round(c)
+	for _, r := range refs {
+		j := f.job(r)
+		if j.Unshaped || len(j.Placement) != 0 {
+			t.Errorf("%s: %+v, want scaled to zero", r, j)
+		}
+		s := f.state(r)
+		switch {
+		case r.ID == "c" && s.Pending == nil:
+			t.Errorf("c: the write whose answer was lost is not pending: %+v", s)
+		case r.ID != "c" && (s.Pending != nil || s.AppliedIndex != j.JobModifyIndex || s.Decision == nil || s.Decision.NumReplicas != 0):
+			t.Errorf("%s: state %+v after its write (job index %d)", r, s, j.JobModifyIndex)
+		case r.ID != "c" && !jobLine(t, st, r).Applied:
+			t.Errorf("%s: not reported applied", r)
+		}
+	}
+	f.cluster.SetHooks(jobstest.Hooks{})
+	f.clock.Advance(time.Minute)
+	f.round(c)
+	if s := f.state(refs[2]); s.Pending != nil || s.AppliedIndex != f.job(refs[2]).JobModifyIndex {
+		t.Errorf("c after the next round: %+v, want the write completed", s)
+	}
+}
+
+// TestWritesInWaves: a job that grows into GPUs another job's shrink
+// frees is written after that shrink (in the next wave), not stopped
+// first; each job is written once.
+func TestWritesInWaves(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	a, b := f.submit("a", 3), f.submit("b", 1)
+	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n1", "n1", "n1"}})
+	var mu sync.Mutex
+	var order []string
+	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, ch.Job.ID+"="+contract.FormatPlacement(ch.Placement))
+		return nil
+	}})
+	st := f.round(f.controller("ctl"))
+	if want := []string{"a=n1:1", "b=n1:3"}; !slices.Equal(order, want) {
+		t.Fatalf("writes %v, want %v (the shrink, then the grow into its GPUs)", order, want)
+	}
+	for _, r := range []jobs.JobRef{a, b} {
+		if !jobLine(t, st, r).Applied {
+			t.Errorf("%s not applied: %+v", r, jobLine(t, st, r))
+		}
 	}
 }

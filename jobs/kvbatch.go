@@ -39,6 +39,12 @@ type BatchWriter interface {
 // single keys when the store cannot batch).
 const writeConcurrency = 8
 
+// zeroConcurrency bounds the Nomad writes in flight that scale jobs to
+// zero (a first round at 2,000 jobs makes about 2,000 of them; a Nomad
+// server takes several hundred registrations a second with enough in
+// flight, against about 150 with 8).
+const zeroConcurrency = 32
+
 // decisionRefresh is how often a job's decision key is written even
 // though it did not change (the safety net for a key lost or edited).
 const decisionRefresh = 10 * time.Minute

@@ -49,3 +49,22 @@ func (o occupancy) move(running, want []NodeGPUs) {
 		o[w.Node] -= w.GPUs
 	}
 }
+
+// take reserves the GPUs that want needs beyond what the job holds on
+// each node (running), without giving back what it would leave: while
+// its write is in flight the job may still hold them.
+func (o occupancy) take(running, want []NodeGPUs) {
+	own := map[string]int{}
+	for _, r := range running {
+		own[r.Node] += r.GPUs
+	}
+	need := map[string]int{}
+	for _, w := range want {
+		need[w.Node] += w.GPUs
+	}
+	for n, g := range need {
+		if extra := g - own[n]; extra > 0 {
+			o[n] -= extra
+		}
+	}
+}
