@@ -103,7 +103,11 @@ func (p *agentProc) waitLogged(t *testing.T, timeout time.Duration, subs ...stri
 func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(polluxBinary(t), "agent", "-config", configPath, "-http-addr", addr, "-log-level", "info")
+	args := []string{"agent", "-config", configPath, "-http-addr", addr, "-log-level", "info"}
+	if e.agentDebug {
+		args = append(args, "-enable-debug")
+	}
+	cmd := exec.Command(polluxBinary(t), args...)
 	cmd.Env = os.Environ()
 	if e.agentEnv != nil {
 		cmd.Env = e.agentEnv

@@ -37,6 +37,8 @@ type env struct {
 	jobs    []string
 	// agentEnv is the environment of agent processes (nil: this process's).
 	agentEnv []string
+	// agentDebug starts agents with -enable-debug (the profiler).
+	agentDebug bool
 	// tc is the dedicated cluster, if the test started one.
 	tc *testCluster
 }

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,12 +228,21 @@ func TestLoad(t *testing.T) {
 		progress.Store(id, 0.0)
 	}
 	t.Logf("registered %d jobs with metrics in %s", len(ids), time.Since(regStart).Round(100*time.Millisecond))
+	// The agent meets a cluster at rest with its jobs pending, as after a
+	// leader change, not Nomad still busy scheduling the registrations.
+	settleStart := time.Now()
+	if err := e.nomadIdle(ctx, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nomad scheduled the registrations in %s more", time.Since(settleStart).Round(100*time.Millisecond))
 
 	cfgPath := filepath.Join(t.TempDir(), "pollux.json")
 	doc := fmt.Sprintf(`{"interval":%q,"device":%q,"kv_prefix":%q}`, p.Interval.String(), e.device, e.prefix)
 	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	profile := os.Getenv("LOAD_PROFILE") != ""
+	e.agentDebug = profile
 	agent := e.startAgent(t, "load", cfgPath)
 	pid := agent.cmd.Process.Pid
 
@@ -371,6 +382,10 @@ func TestLoad(t *testing.T) {
 			wg.Wait()
 			t.Fatalf("no round published within %s of the agent's start (agent exited: %v)", time.Since(waitFirst).Round(time.Second), agent.exited())
 		}
+	}
+	if profile {
+		// A CPU profile of 60 s of steady state, from a minute in.
+		go e.saveProfile(t, agent.addr, time.Minute, 60*time.Second)
 	}
 	time.Sleep(p.Duration)
 	stop()
@@ -559,4 +574,47 @@ func (e *env) matchesDecision(id string, js jobs.JobStatus) string {
 		return fmt.Sprintf("%s: state records %q, the last decision %q", id, got, d.Placement)
 	}
 	return ""
+}
+
+// nomadIdle waits until Nomad has no evaluation pending (blocked ones
+// wait for capacity and stay).
+func (e *env) nomadIdle(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		q := (&nomadapi.QueryOptions{Filter: `Status == "pending"`, PerPage: 1, Namespace: "*"}).WithContext(ctx)
+		evals, _, err := e.nomad.Evaluations().List(q)
+		if err == nil && len(evals) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nomad still has pending evaluations after %s (last error %v)", timeout, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// saveProfile saves a CPU profile of the agent (started with
+// -enable-debug) taken for d after waiting wait, to out/load-cpu-<time>.pprof
+// (go tool pprof bin/pollux out/load-cpu-*.pprof).
+func (e *env) saveProfile(t *testing.T, addr string, wait, d time.Duration) {
+	time.Sleep(wait)
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Logf("profile: status %d, %v", resp.StatusCode, err)
+		return
+	}
+	dir := filepath.Join(repoRoot(t), "out")
+	_ = os.MkdirAll(dir, 0o755)
+	path := filepath.Join(dir, "load-cpu-"+time.Now().UTC().Format("20060102-150405")+".pprof")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	t.Logf("agent CPU profile written to %s", path)
 }

@@ -204,7 +204,8 @@ func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-cha
 			}
 			log.Error("round failed", "error", err)
 		} else {
-			log.Info("round done", "round", st.Round, "jobs", len(st.Jobs), "conflicts", st.Conflicts, "total_ms", st.Timings["total"])
+			log.Info("round done", "round", st.Round, "jobs", len(st.Jobs), "conflicts", st.Conflicts, "total_ms", st.Timings["total"],
+				"snapshot_ms", st.Timings["snapshot"], "fit_ms", st.Timings["fit"], "optimize_ms", st.Timings["optimize"], "apply_ms", st.Timings["apply"])
 			if o.OnRound != nil {
 				o.OnRound(st)
 			}

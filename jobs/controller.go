@@ -355,9 +355,15 @@ type round struct {
 func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	r := c.begin(apply)
 	t0 := c.now()
+	// The jobs' keys in Consul are listed while Nomad is read: the two
+	// are independent, and at thousands of jobs each takes a while.
+	tree := make(chan roundTree, 1)
+	go func() { tree <- c.readTree(ctx) }()
 	if err := c.snapshot(ctx, r); err != nil {
+		<-tree
 		return nil, err
 	}
+	c.tree = <-tree
 	c.lap(r, "snapshot", t0)
 	t0 = c.now()
 	c.fitJobs(ctx, r)

@@ -17,7 +17,7 @@ import (
 // its model from new metrics. A job whose state cannot be read is held as
 // it is: without it, its restarts, pending write and model are unknown.
 func (c *Controller) fitJobs(ctx context.Context, r *round) {
-	c.tree = c.readTree(ctx)
+	// c.tree is the listing Round read alongside the snapshot.
 	defer func() { c.tree = nil }()
 	scheduled := r.entries[:0]
 	for _, e := range r.entries {

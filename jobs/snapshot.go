@@ -10,31 +10,38 @@ import (
 // listed, reads every job and sorts them into the status: stopped,
 // invalid, unreadable, or an entry for the policy.
 func (c *Controller) snapshot(ctx context.Context, r *round) error {
-	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
-	if err != nil {
-		c.metrics.incError("list_jobs")
-		return fmt.Errorf("snapshot: %w", err)
-	}
 	if ts, ok := c.cluster.(GPUTypeSourcer); ok {
 		src, _ := ParseGPUTypeSource(r.cfg.GPUTypeSource) // validated with the configuration
 		ts.SetGPUTypeSource(src)
 	}
-	r.nodes, err = c.cluster.Nodes(ctx)
+	// The jobs and the nodes are listed at once.
+	var nodesErr error
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		r.nodes, nodesErr = c.cluster.Nodes(ctx)
+	}()
+	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
+	<-listed
 	if err != nil {
+		c.metrics.incError("list_jobs")
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err = nodesErr; err != nil {
 		c.metrics.incError("list_nodes")
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	r.nodeType, r.typeModels = c.typesOf(r.cfg, r.nodes)
-	listed := make(map[JobRef]bool, len(refs))
+	known := make(map[JobRef]bool, len(refs))
 	for _, ref := range refs {
-		listed[ref] = true
+		known[ref] = true
 	}
 	for ref := range c.states {
-		if !listed[ref] {
+		if !known[ref] {
 			delete(c.states, ref) // deleted or untagged; its keys in Consul stay
 		}
 	}
-	c.forgetPublished(listed)
+	c.forgetPublished(known)
 	read, readErrs := c.readJobs(ctx, refs)
 	r.read = read
 	for i, ref := range refs {
@@ -92,7 +99,7 @@ func (r *round) hold(job Job) {
 }
 
 // readConcurrency bounds the parallel job reads of a round's snapshot.
-const readConcurrency = 8
+const readConcurrency = 32
 
 // readJobs reads the jobs concurrently (each read is a few HTTP calls, so
 // a round with many jobs is bound by latency, not by CPU), keeping order.

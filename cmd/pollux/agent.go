@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -29,6 +30,7 @@ type agentFlags struct {
 	httpAddr string
 	logJSON  bool
 	logLevel string
+	debug    bool
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
@@ -39,6 +41,7 @@ func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
 	if withAgent {
 		fs.BoolVar(&f.dryRun, "dry-run", false, "decide and publish decisions, but never change a job")
 		fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9505", "listen address for /healthz and /metrics (empty: off)")
+		fs.BoolVar(&f.debug, "enable-debug", false, "also serve Go's profiler at /debug/pprof/ on -http-addr (for profiling the agent)")
 	}
 }
 
@@ -120,6 +123,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		page := ui.Handler(ui.NewConsulSource(ctx, s.kv, ui.ReaderOf(os.Getenv("CONSUL_HTTP_TOKEN")), s.log), ui.Options{Logger: s.log})
 		mux.Handle("/ui", page)
 		mux.Handle("/ui/", page)
+		if f.debug {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		addr, err := jobs.Serve(ctx, f.httpAddr, mux, s.log)
 		if err != nil {
 			return err
