@@ -2,7 +2,7 @@
 # the same settings as config.example.json. Every field is optional; the
 # document pollux/config in Consul KV (JSON) wins field by field.
 interval               = "60s"
-fairness_p             = -1
+# fairness_p           = -1   # unset: -1 on one GPU type, 0.5 on several
 restart_penalty        = "30s"
 device                 = "nvidia/gpu"
 max_gpus_per_job       = 32

@@ -104,7 +104,7 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 			continue
 		}
 		o.configured(cfg, nil)
-		log.Info("configuration loaded", "interval", cfg.Interval, "fairness_p", cfg.FairnessP, "device", cfg.Device, "dry_run", cfg.DryRun)
+		log.Info("configuration loaded", "interval", cfg.Interval, "fairness_p", fairnessLabel(cfg.FairnessP), "device", cfg.Device, "dry_run", cfg.DryRun)
 	}
 }
 

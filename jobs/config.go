@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 type Config struct {
 	// Interval between scheduling rounds. Default 60s.
 	Interval time.Duration
-	// FairnessP is the power-mean exponent of the Pollux fitness. Default
-	// -1; 0 is invalid.
+	// FairnessP is the power-mean exponent of the Pollux fitness. Unset
+	// (0), the policy's default: -1 on a cluster of one GPU type, 0.5 on
+	// one of several (policy.PolluxTypedFairnessP). An operator may not
+	// write 0.
 	FairnessP float64
 	// RestartPenalty is the restart delay δ of the fitness. Default 30s.
 	RestartPenalty time.Duration
@@ -79,7 +82,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Interval:              60 * time.Second,
-		FairnessP:             -1,
+		FairnessP:             0, // the policy's default
 		RestartPenalty:        30 * time.Second,
 		RestartTimeMax:        10 * time.Minute,
 		StateGCGrace:          24 * time.Hour,
@@ -253,7 +256,7 @@ func (c Config) problems() []error {
 	if c.Interval < time.Second || c.Interval > maxConfigDuration {
 		bad("interval", "must be in [1s, %s], got %s", maxConfigDuration, c.Interval)
 	}
-	if c.FairnessP == 0 || math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > 100 {
+	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > 100 { // 0: unset, the policy's default
 		bad("fairness_p", "must be non-zero with |p| ≤ 100, got %g", c.FairnessP)
 	}
 	if c.RestartPenalty < 0 || c.RestartPenalty > maxConfigDuration {
@@ -321,4 +324,12 @@ func oneOf(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// fairnessLabel is fairness_p for the log: a number, or what unset means.
+func fairnessLabel(p float64) string {
+	if p == 0 {
+		return "policy default (-1 on one GPU type, 0.5 on several)"
+	}
+	return strconv.FormatFloat(p, 'g', -1, 64)
 }

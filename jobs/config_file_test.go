@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"fmt"
+	"github.com/pollux-nomad/pollux/policy"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,4 +349,22 @@ func writeTemp(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestDefaultFairnessFollowsPolicy: left unset, fairness_p is the
+// policy's own default (-1 on one GPU type, 0.5 on several), which the
+// controller passes on as 0; an operator's value is passed as written.
+func TestDefaultFairnessFollowsPolicy(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	s := policy.Relevant(cfg.Policy, policy.Settings{Pollux: policy.PolluxConfig{FairnessP: cfg.FairnessP}})
+	if s.Pollux.FairnessP != 0 {
+		t.Fatalf("default fairness_p reaches the policy as %v, want 0 (the policy's default)", s.Pollux.FairnessP)
+	}
+	set, err := DefaultConfig().MergeJSON([]byte(`{"fairness_p": 1}`))
+	if err != nil || set.FairnessP != 1 {
+		t.Fatalf("fairness_p 1: %v, %v", set.FairnessP, err)
+	}
 }
