@@ -14,20 +14,15 @@ func (c *Controller) snapshot(ctx context.Context, r *round) error {
 		src, _ := ParseGPUTypeSource(r.cfg.GPUTypeSource) // validated with the configuration
 		ts.SetGPUTypeSource(src)
 	}
-	// The jobs and the nodes are listed at once.
-	var nodesErr error
-	listed := make(chan struct{})
-	go func() {
-		defer close(listed)
-		r.nodes, nodesErr = c.cluster.Nodes(ctx)
-	}()
+	// The jobs first: the Nomad adapter reuses the list to tell, on the
+	// nodes, the controller's jobs from others.
 	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
-	<-listed
 	if err != nil {
 		c.metrics.incError("list_jobs")
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err = nodesErr; err != nil {
+	r.nodes, err = c.cluster.Nodes(ctx)
+	if err != nil {
 		c.metrics.incError("list_nodes")
 		return fmt.Errorf("snapshot: %w", err)
 	}

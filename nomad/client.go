@@ -573,6 +573,9 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 
 // taggedJobs returns the set of jobs the controller manages.
 func (c *Client) taggedJobs(ctx context.Context) (map[jobs.JobRef]bool, error) {
+	if set, ok := c.cache.tagged(); ok {
+		return set, nil // the round listed them just now
+	}
 	refs, _, err := c.ListJobs(ctx, 0, 0)
 	if err != nil {
 		return nil, err
