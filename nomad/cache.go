@@ -173,6 +173,24 @@ func (c *Client) Invalidate() {
 	rc.listed, rc.listedAt, rc.specs, rc.allocs, rc.allocsAt = nil, time.Time{}, nil, nil, time.Time{}
 }
 
+// storeAllocs keeps, as the shared listing of placed allocations, those
+// of allocs (a listing taken at at, of every allocation desired to run)
+// that are pending or running: Nodes lists them anyway, and the reads of
+// the round that follow need not list them again.
+func (rc *readCache) storeAllocs(allocs []*api.AllocationListStub, at time.Time) {
+	byJob := map[jobs.JobRef][]*api.AllocationListStub{}
+	for _, a := range allocs {
+		if a.DesiredStatus != api.AllocDesiredStatusRun || (a.ClientStatus != api.AllocClientStatusRunning && a.ClientStatus != api.AllocClientStatusPending) {
+			continue
+		}
+		r := jobs.JobRef{Namespace: cmp.Or(a.Namespace, "default"), ID: a.JobID}
+		byJob[r] = append(byJob[r], a)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.allocs, rc.allocsAt = byJob, at
+}
+
 // placedAllocs returns the placed allocations (pending or running, desired
 // to run) of ref from the shared listing, listing again if it is older
 // than allocsTTL.

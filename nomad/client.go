@@ -552,10 +552,12 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	q = c.query(ctx, "*")
 	q.Filter = `DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" and ClientStatus != "lost"`
 	q.Params = map[string]string{"resources": "true"}
+	at := c.cache.clock()
 	allocs, _, err := c.api.Allocations().List(q)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list allocations: %w", Classify(err, "listing allocations in every namespace (to count the GPUs other jobs hold)", NeedNamespace("read-job", "*")))
 	}
+	c.cache.storeAllocs(allocs, at)
 	for _, a := range allocs {
 		i, ok := index[a.NodeID]
 		if !ok || tagged[jobs.JobRef{Namespace: cmp.Or(a.Namespace, "default"), ID: a.JobID}] {
