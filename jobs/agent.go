@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -125,28 +126,57 @@ func watchJobs(ctx context.Context, cluster Cluster, clock Clock, log hclog.Logg
 		retry.reset()
 		index = nextIndex(index, idx)
 		now := map[JobRef]bool{}
-		added := false
+		var added, gone []JobRef
 		for _, r := range refs {
 			now[r] = true
 			if !known[r] {
-				log.Info("discovered pollux job", "job_id", r.String())
-				added = true
+				added = append(added, r)
 			}
 		}
 		for r := range known {
 			if !now[r] {
-				log.Info("pollux job gone", "job_id", r.String())
+				gone = append(gone, r)
 			}
 		}
+		logJobSet(log, "discovered pollux job", added)
+		logJobSet(log, "pollux job gone", gone)
 		known = now
-		if added {
+		if len(added) > 0 {
 			select {
 			case wake <- struct{}{}:
 			default:
 			}
 		}
+		// Any job's change wakes the blocking list, and each answer lists
+		// every job: at thousands of jobs, wait a little between lists.
+		sleep(ctx, clock, watchGap)
 	}
 }
+
+// watchGap is the least time between two lists of the job watcher.
+const watchGap = 2 * time.Second
+
+// logJobSet logs each job of refs, or past logJobsMax of them one line
+// with the count and the first few (each job at debug level).
+func logJobSet(log hclog.Logger, msg string, refs []JobRef) {
+	if len(refs) <= logJobsMax {
+		for _, r := range refs {
+			log.Info(msg, "job_id", r.String())
+		}
+		return
+	}
+	first := make([]string, logJobsMax)
+	for i := range first {
+		first[i] = refs[i].String()
+	}
+	log.Info(msg+"s", "count", len(refs), "first", strings.Join(first, ","))
+	for _, r := range refs {
+		log.Debug(msg, "job_id", r.String())
+	}
+}
+
+// logJobsMax is how many jobs of one kind a log line names one by one.
+const logJobsMax = 10
 
 // lead acquires leadership and runs rounds while holding it.
 func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) error {

@@ -145,6 +145,7 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, zeroConcurrency)
 	var outcomes []KVPair
+	waiting := 0 // jobs written to zero that had no placement (logged at debug)
 	for _, i := range idx {
 		s := &p.Steps[i]
 		e := r.entries[s.Index]
@@ -171,13 +172,19 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 			if ok {
 				free.move(before, nil)
 			}
+			if ok && from == "" {
+				waiting++
+			}
 			mu.Unlock()
 			if ok {
-				c.applied(ctx, e, s, from, idx)
+				c.applied(ctx, e, s, from, idx, from != "")
 			}
 		}()
 	}
 	wg.Wait()
+	if waiting > 0 {
+		c.log.Info("scaled waiting jobs to zero until the policy gives them GPUs", "jobs", waiting)
+	}
 	if failed, err := c.putMany(actx, outcomes); err != nil && !c.kvDown(err) {
 		// The intents stay recorded; the next round's reconcile completes them.
 		c.log.Warn("failed to record the outcome of writes", "jobs", len(failed), "error", err)
@@ -268,7 +275,7 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 	from := contract.FormatPlacement(e.job.Placement)
 	idx, ok := c.write(ctx, e, s.Alloc, d, s.GPUModels, r.status)
 	if ok {
-		c.applied(ctx, e, s, from, idx)
+		c.applied(ctx, e, s, from, idx, true)
 	}
 }
 
@@ -281,12 +288,16 @@ func (c *Controller) begin1(e *entry, s *Step) {
 }
 
 // applied records a step written to Nomad: status, published decision,
-// log.
-func (c *Controller) applied(ctx context.Context, e *entry, s *Step, from string, idx uint64) {
+// log (at info level, else debug).
+func (c *Controller) applied(ctx context.Context, e *entry, s *Step, from string, idx uint64, info bool) {
 	d := s.Decision
 	e.st.Applied = true
 	c.publish(context.WithoutCancel(ctx), e.job.JobRef, d)
-	c.log.Info("reallocated", "job_id", e.job.JobRef.String(), "from", from, "to", d.Placement, "gpu_type", d.GPUType, "batch_size", d.BatchSize,
+	logf := c.log.Debug
+	if info {
+		logf = c.log.Info
+	}
+	logf("reallocated", "job_id", e.job.JobRef.String(), "from", from, "to", d.Placement, "gpu_type", d.GPUType, "batch_size", d.BatchSize,
 		"local_bsz", d.LocalBsz, "accum_steps", d.AccumSteps, "lr", d.LR, "job_modify_index", idx)
 }
 
