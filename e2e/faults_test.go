@@ -500,16 +500,23 @@ func TestFaultLeaderKilledMidApply(t *testing.T) {
 	cfg := e.agentConfig(t, "")
 	_, changed := e.runThrough(t, c, proxy, &victim, "old-leader", cfg, ids)
 	killed := time.Now()
-	if len(changed) != 1 {
-		t.Fatalf("jobs changed when the leader died: %v, want exactly the first one", changed)
+	// The controller writes jobs whose GPUs are free in parallel, so the
+	// proxy may have had more than one write queued when the leader died;
+	// it forwarded the first for sure.
+	if len(changed) == 0 || len(changed) == len(ids) {
+		t.Fatalf("jobs changed when the leader died: %v, want the first (and at most those queued behind it)", changed)
 	}
-	// Its write happened but is recorded only as pending.
-	if s, _ := e.state(changed[0]); s.Pending == nil {
-		t.Fatalf("%s: no pending write recorded before the apply: %+v", changed[0], s)
+	// Their writes happened but are recorded only as pending.
+	for _, id := range changed {
+		if s, _ := e.state(id); s.Pending == nil {
+			t.Fatalf("%s: no pending write recorded before the apply: %+v", id, s)
+		}
 	}
 	nu := e.startAgent(t, "new-leader", cfg)
-	line := nu.waitLogged(t, 90*time.Second, "completed the bookkeeping of an interrupted write", changed[0])
-	t.Logf("new leader, %s after the kill: %s", time.Since(killed).Round(100*time.Millisecond), line)
+	for _, id := range changed {
+		line := nu.waitLogged(t, 90*time.Second, "completed the bookkeeping of an interrupted write", id)
+		t.Logf("new leader, %s after the kill: %s", time.Since(killed).Round(100*time.Millisecond), line)
+	}
 	for _, id := range ids {
 		e.waitPlaced(t, id, 90*time.Second)
 	}
@@ -517,8 +524,8 @@ func TestFaultLeaderKilledMidApply(t *testing.T) {
 }
 
 // TestFaultGracefulShutdown: SIGTERM arrives while the leader applies a
-// round. It finishes the write in flight and records it, leaves the other
-// jobs alone, releases the lock and exits 0; a second agent takes over at
+// round. It finishes the writes in flight and records them, begins no
+// other, releases the lock and exits 0; a second agent takes over at
 // once (no session TTL to wait out) and finishes the work.
 func TestFaultGracefulShutdown(t *testing.T) {
 	c := startCluster(t, clusterOptions{})
@@ -540,11 +547,15 @@ func TestFaultGracefulShutdown(t *testing.T) {
 		t.Errorf("agent exit after SIGTERM: %v, want 0", exit)
 	}
 	old.waitLogged(t, time.Second, "round interrupted")
-	if len(changed) != 1 {
-		t.Fatalf("jobs changed by the stopping agent: %v, want exactly the one in flight", changed)
+	// Writes to jobs whose GPUs are free go out in parallel: those already
+	// sent when SIGTERM came are finished and recorded, no new one begins.
+	if len(changed) == 0 || len(changed) == len(ids) {
+		t.Fatalf("jobs changed by the stopping agent: %v, want the writes in flight only", changed)
 	}
-	if p := e.checkWhole(changed[0]); p != "" {
-		t.Errorf("the write in flight was not recorded: %s", p)
+	for _, id := range changed {
+		if p := e.checkWhole(id); p != "" {
+			t.Errorf("a write in flight was not recorded: %s", p)
+		}
 	}
 	holder, err := e.kv.Leader().Holder(context.Background())
 	if err != nil || holder != "" {

@@ -184,6 +184,14 @@ type ListedReader interface {
 	ReadListed(ctx context.Context, ref JobRef) (Job, error)
 }
 
+// ListedNodes is implemented by a Cluster that can list the nodes more
+// cheaply given the jobs the round just listed (nomad.Client: it tells
+// the GPUs those jobs hold from the GPUs of other jobs without listing
+// every job again). A round's snapshot uses it when there.
+type ListedNodes interface {
+	NodesFor(ctx context.Context, managed []JobRef) ([]Node, error)
+}
+
 // Invalidator is implemented by a Cluster that caches what it read
 // (nomad.Client): Invalidate makes the next round read everything again.
 // The controller calls it when it forgets its own memory (a new term

@@ -14,14 +14,18 @@ func (c *Controller) snapshot(ctx context.Context, r *round) error {
 		src, _ := ParseGPUTypeSource(r.cfg.GPUTypeSource) // validated with the configuration
 		ts.SetGPUTypeSource(src)
 	}
-	// The jobs first: the Nomad adapter reuses the list to tell, on the
-	// nodes, the controller's jobs from others.
+	// The jobs first: the Nomad adapter can reuse the list to tell, on the
+	// nodes, the controller's jobs from others (ListedNodes).
 	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
 	if err != nil {
 		c.metrics.incError("list_jobs")
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	r.nodes, err = c.cluster.Nodes(ctx)
+	if ln, ok := c.cluster.(ListedNodes); ok {
+		r.nodes, err = ln.NodesFor(ctx, refs)
+	} else {
+		r.nodes, err = c.cluster.Nodes(ctx)
+	}
 	if err != nil {
 		c.metrics.incError("list_nodes")
 		return fmt.Errorf("snapshot: %w", err)

@@ -33,26 +33,7 @@ const (
 	// allocsTTL bounds the age of the shared allocation listing: the reads
 	// of one round share it; the next round lists again.
 	allocsTTL = time.Second
-	// listTTL bounds the age of the job list that Nodes reuses to tell the
-	// controller's jobs from others (the round lists the jobs just before
-	// the nodes; a second listing of thousands of jobs costs as much).
-	listTTL = 2 * time.Second
 )
-
-// tagged returns the set of jobs of the last list if it is at most
-// listTTL old.
-func (rc *readCache) tagged() (map[jobs.JobRef]bool, bool) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.listed == nil || rc.clock().Sub(rc.listedAt) > listTTL {
-		return nil, false
-	}
-	set := make(map[jobs.JobRef]bool, len(rc.listed))
-	for ref := range rc.listed {
-		set[ref] = true
-	}
-	return set, true
-}
 
 // listed is what the job list says of one job.
 type listed struct {
@@ -74,9 +55,7 @@ type cachedSpec struct {
 type readCache struct {
 	mu     sync.Mutex
 	listed map[jobs.JobRef]listed
-	// listedAt is when listed was recorded.
-	listedAt time.Time
-	specs    map[jobs.JobRef]cachedSpec
+	specs  map[jobs.JobRef]cachedSpec
 	// allocs are the placed allocations by job, listed at allocsAt.
 	allocs   map[jobs.JobRef][]*api.AllocationListStub
 	allocsAt time.Time
@@ -107,7 +86,7 @@ func (rc *readCache) recordList(stubs []*api.JobListStub, managed func(string) b
 		}
 		seen[jobs.JobRef{Namespace: ns, ID: s.ID}] = listed{jobModifyIndex: s.JobModifyIndex, status: s.Status, stop: s.Stop}
 	}
-	rc.listed, rc.listedAt = seen, rc.clock()
+	rc.listed = seen
 	for ref := range rc.specs {
 		if _, ok := seen[ref]; !ok {
 			delete(rc.specs, ref)
@@ -170,7 +149,7 @@ func (c *Client) Invalidate() {
 	rc := &c.cache
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.listed, rc.listedAt, rc.specs, rc.allocs, rc.allocsAt = nil, time.Time{}, nil, nil, time.Time{}
+	rc.listed, rc.specs, rc.allocs, rc.allocsAt = nil, nil, nil, time.Time{}
 }
 
 // storeAllocs keeps, as the shared listing of placed allocations, those

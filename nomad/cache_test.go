@@ -12,6 +12,7 @@ import (
 var (
 	_ jobs.Invalidator  = (*Client)(nil)
 	_ jobs.ListedReader = (*Client)(nil)
+	_ jobs.ListedNodes  = (*Client)(nil)
 )
 
 // TestReadCache: a spec is reused only while the job list shows the index
@@ -72,31 +73,4 @@ func TestReadCache(t *testing.T) {
 func (c *Client) SpecCached(ref jobs.JobRef) bool {
 	_, _, ok := c.cache.spec(ref)
 	return ok
-}
-
-// TestTaggedFromList: Nodes tells the controller's jobs from the last job
-// list while it is at most listTTL old, and lists again after that or
-// after Invalidate.
-func TestTaggedFromList(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := &Client{}
-	c.cache.now = func() time.Time { return now }
-	all := func(string) bool { return true }
-	if _, ok := c.cache.tagged(); ok {
-		t.Fatal("a tagged set before any list")
-	}
-	c.cache.recordList([]*api.JobListStub{{ID: "a", Namespace: "default"}, {ID: "b", Namespace: "ml"}}, all)
-	set, ok := c.cache.tagged()
-	if !ok || len(set) != 2 || !set[jobs.JobRef{Namespace: "ml", ID: "b"}] {
-		t.Fatalf("fresh list: %v, %v", set, ok)
-	}
-	now = now.Add(listTTL + time.Millisecond)
-	if _, ok := c.cache.tagged(); ok {
-		t.Error("a list older than listTTL reused")
-	}
-	c.cache.recordList([]*api.JobListStub{{ID: "a", Namespace: "default"}}, all)
-	c.Invalidate()
-	if _, ok := c.cache.tagged(); ok {
-		t.Error("a list reused after Invalidate")
-	}
 }

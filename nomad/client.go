@@ -484,6 +484,21 @@ func (c *Client) deviceIDs(res *api.AllocatedResources) []string {
 // device and the instances held by allocations that are not terminal and
 // belong to jobs the controller does not manage.
 func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
+	return c.nodes(ctx, nil)
+}
+
+// NodesFor is Nodes with the jobs the controller manages given (the
+// round's ListJobs), so that they need not be listed again.
+func (c *Client) NodesFor(ctx context.Context, managed []jobs.JobRef) ([]jobs.Node, error) {
+	set := make(map[jobs.JobRef]bool, len(managed))
+	for _, r := range managed {
+		set[r] = true
+	}
+	return c.nodes(ctx, set)
+}
+
+// nodes lists the nodes; tagged, if not nil, is the set of managed jobs.
+func (c *Client) nodes(ctx context.Context, tagged map[jobs.JobRef]bool) ([]jobs.Node, error) {
 	ctx, cancel := c.bounded(ctx, 0)
 	defer cancel()
 	q := c.query(ctx, "")
@@ -545,9 +560,11 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	if len(out) == 0 {
 		return out, nil
 	}
-	tagged, err := c.taggedJobs(ctx)
-	if err != nil {
-		return nil, err
+	if tagged == nil {
+		var err error
+		if tagged, err = c.taggedJobs(ctx); err != nil {
+			return nil, err
+		}
 	}
 	q = c.query(ctx, "*")
 	q.Filter = `DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" and ClientStatus != "lost"`
@@ -575,9 +592,6 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 
 // taggedJobs returns the set of jobs the controller manages.
 func (c *Client) taggedJobs(ctx context.Context) (map[jobs.JobRef]bool, error) {
-	if set, ok := c.cache.tagged(); ok {
-		return set, nil // the round listed them just now
-	}
 	refs, _, err := c.ListJobs(ctx, 0, 0)
 	if err != nil {
 		return nil, err

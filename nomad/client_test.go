@@ -608,6 +608,18 @@ func TestNodes(t *testing.T) {
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("Nodes (-want +got):\n%s", d)
 			}
+			// Given the round's job list, the same answer without listing again.
+			refs, _, err := nc.ListJobs(ctx, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err = nc.NodesFor(ctx, refs)
+			if err != nil {
+				t.Fatalf("NodesFor: %v", err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("NodesFor (-want +got):\n%s", d)
+			}
 		})
 	}
 }
