@@ -606,6 +606,9 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	if cfg.Workers > 0 {
 		pr.parallel = cfg.Workers
 	}
+	if pr.batchDone == nil {
+		pr.batchDone = make(chan struct{}, 1)
+	}
 	for len(pr.workers) < pr.parallel {
 		pr.workers = append(pr.workers, &polluxWorker{})
 	}

@@ -86,6 +86,9 @@ type polluxProblem struct {
 	// serial operators use workers[0]. parallel is the number used.
 	workers  []*polluxWorker
 	parallel int
+	// batchDone receives one token per parallel batch, from whoever
+	// finishes its last pair.
+	batchDone chan struct{}
 }
 
 // polluxWorker is the scratch space of one goroutine evaluating states.
@@ -458,38 +461,68 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 	src.start[rows] = int32(len(src.ent))
 }
 
-// mutateRepairBatch mutates, repairs and evaluates the states in slots,
-// the i-th with its own random stream PCG(seeds[i], i), writing the
-// objectives and hashes into f0, f1 and hash (indexed by slot). The
-// result does not depend on how many goroutines share the work.
-func (pr *polluxProblem) mutateRepairBatch(slots []int32, seeds []uint64, f0, f1 []float64, hash []uint64) {
+// breed crosses over, mutates, repairs and evaluates a batch of children
+// (gaOps.breed). The unit of work is a parent pair: its crossover writes
+// both children, which are then mutated, repaired and evaluated, child c
+// with its own random stream PCG(seeds[c], c), so the result does not
+// depend on how many goroutines share the work or in which order they
+// take it.
+//
+// With several workers, the calling goroutine takes pairs too, and the
+// pairs are handed out one at a time from a shared counter rather than
+// split in advance: on a machine whose cores are busy with other work, a
+// helper that is not scheduled in time takes fewer pairs (or none)
+// instead of holding up the generation, and the caller waits only for
+// pairs already taken.
+func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0, f1 []float64, hash []uint64) {
+	n := len(cuts)
 	one := func(w *polluxWorker, i int) {
-		s := slots[i]
-		w.pcg.Seed(seeds[i], uint64(i))
-		pr.mutateWith(w, w.rng, s)
-		if pr.typed {
-			pr.moveTypes(w, w.rng, s)
+		c0, c1 := slots[i], slots[n+i]
+		pr.crossover(c0, c1, parents[2*i], parents[2*i+1], int(cuts[i]))
+		for _, c := range [2]int{i, n + i} {
+			s := slots[c]
+			w.pcg.Seed(seeds[c], uint64(c))
+			pr.mutateWith(w, w.rng, s)
+			if pr.typed {
+				pr.moveTypes(w, w.rng, s)
+			}
+			f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
 		}
-		f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
 	}
-	nw := min(pr.parallel, len(slots))
+	nw := min(pr.parallel, n)
 	if nw <= 1 {
-		for i := range slots {
+		for i := range n {
 			one(pr.workers[0], i)
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	for k := range nw {
-		wg.Add(1)
-		go func(w *polluxWorker) {
-			defer wg.Done()
-			for i := k; i < len(slots); i += nw {
-				one(w, i)
+	// A helper that starts after the batch is over finds the counter
+	// exhausted and leaves without touching its scratch space, so one
+	// batch's late helper and the next batch's helper never share it.
+	b := &polluxBatch{n: int32(n)}
+	work := func(w *polluxWorker) {
+		for {
+			i := b.next.Add(1) - 1
+			if i >= b.n {
+				return
 			}
-		}(pr.workers[k])
+			one(w, int(i))
+			if b.done.Add(1) == b.n {
+				pr.batchDone <- struct{}{}
+			}
+		}
 	}
-	wg.Wait()
+	for k := 1; k < nw; k++ {
+		go work(pr.workers[k])
+	}
+	work(pr.workers[0])
+	<-pr.batchDone
+}
+
+// polluxBatch hands out the pairs of one parallel batch.
+type polluxBatch struct {
+	next, done atomic.Int32 // pairs taken and finished
+	n          int32
 }
 
 // spRaise redraws an entry's GPUs uniformly in [GPUs, limit] (numpy's
