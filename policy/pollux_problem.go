@@ -217,6 +217,11 @@ func (pr *polluxProblem) speedup(w *polluxWorker, j int, t, nn, k int32) float64
 	if w.lastKey[2*j] == key {
 		return w.lastVal[2*j]
 	}
+	return pr.speedupMiss(w, j, t, nn, k, key)
+}
+
+// speedupMiss is speedup past its first cache entry.
+func (pr *polluxProblem) speedupMiss(w *polluxWorker, j int, t, nn, k int32, key int64) float64 {
 	if w.lastKey[2*j+1] == key {
 		return w.lastVal[2*j+1]
 	}
@@ -589,60 +594,29 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 			continue
 		}
 		row := x.ent[r0:r1]
-		// (0) On a typed cluster, one GPU type per job: the type holding
-		// most of the row's GPUs (the first node's type on ties).
-		keepType := int32(-1)
-		span := len(row)
-		if pr.typed {
-			keepType, span = pr.rowType(wk, row)
-		}
-		dist := avoid && span > 1
-		// (a) into the row buffer.
-		buf := wk.rowbuf[:0]
-		var sumA int32
-		for _, e := range row {
-			if keepType >= 0 && pr.nodeType[spNode(e)] != keepType {
-				continue
-			}
-			if avoid {
-				n := spNode(e)
-				c := cnt[n]
-				if c >= 2 && quirk {
-					continue
-				}
-				if dist {
-					cnt[n] = c + 1
-					if c+1 >= 2 {
-						continue
-					}
-				}
-			}
-			buf = append(buf, e)
-			sumA += spGPUs(e)
-		}
-		// (b), (c) Per-job caps.
-		if sumA > pr.maxRep[j] || int32(len(buf)) > pr.maxNodes {
-			buf = wk.trim(rng, buf, pr.maxRep[j], pr.maxNodes)
-		}
-		wk.rowbuf = buf
-		// (d) Node capacity, cumulative in job order.
 		var sum, nz int32
 		rowHash := uint64(j)
-		for _, e := range buf {
+		if len(row) == 1 && !pr.typed {
+			// The usual row, one node: steps (a) to (d) without the row
+			// buffer (trim keeps min(GPUs, MaxReplicas) of a single entry
+			// and draws nothing).
+			e := row[0]
 			n, v := spNode(e), spGPUs(e)
-			if room := capacity[n] - used[n]; v > room {
-				v = room
+			if avoid && quirk && cnt[n] >= 2 {
+				v = 0
 			}
+			v = min(v, pr.maxRep[j], capacity[n]-used[n])
 			used[n] += v
 			if v > 0 {
 				colsum[n] += v
-				sum += v
-				nz++
+				sum, nz = v, 1
 				e = spEntry(n, v)
 				x.ent[w] = e
 				w++
 				rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
 			}
+		} else {
+			sum, nz, w, rowHash = pr.repairRow(wk, rng, x, j, row, w, rowHash)
 		}
 		// (e) Minimum replicas; with WholeNodes, a job on several nodes
 		// must hold all of each one's GPUs.
@@ -669,7 +643,13 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		if pr.typed {
 			t = pr.nodeType[spNode(x.ent[w-nz])]
 		}
-		sp := pr.speedup(wk, j, t, nz, sum)
+		// pr.speedup(wk, j, t, nz, sum), its first cache entry inlined.
+		var sp float64
+		if key := int64(t)<<40 | int64(nz)<<20 | int64(sum); wk.lastKey[2*j] == key {
+			sp = wk.lastVal[2*j]
+		} else {
+			sp = pr.speedupMiss(wk, j, t, nz, sum, key)
+		}
 		util += sp
 		scaled := sp * pr.scale
 		if !slices.Equal(x.ent[w-nz:w], pr.base.row(j)) {
@@ -695,6 +675,69 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		utility = util / float64(occupied)
 	}
 	return -fitness, -utility, hash
+}
+
+// repairRow does steps (0) and (a) to (d) of repairEval for row j of x,
+// whose entries are row, writing the entries kept at x.ent[w:]; it
+// returns the GPUs and entries kept, the next write position and the row
+// hash continued from rowHash.
+func (pr *polluxProblem) repairRow(wk *polluxWorker, rng *rand.Rand, x *spState, j int, row []uint32, w int32, rowHash uint64) (sum, nz, next int32, hash uint64) {
+	avoid, quirk := pr.avoid, pr.quirk
+	used, colsum, capacity, cnt := wk.used, wk.colsum, pr.capacity, wk.cnt
+	// (0) On a typed cluster, one GPU type per job: the type holding
+	// most of the row's GPUs (the first node's type on ties).
+	keepType := int32(-1)
+	span := len(row)
+	if pr.typed {
+		keepType, span = pr.rowType(wk, row)
+	}
+	dist := avoid && span > 1
+	// (a) into the row buffer.
+	buf := wk.rowbuf[:0]
+	var sumA int32
+	for _, e := range row {
+		if keepType >= 0 && pr.nodeType[spNode(e)] != keepType {
+			continue
+		}
+		if avoid {
+			n := spNode(e)
+			c := cnt[n]
+			if c >= 2 && quirk {
+				continue
+			}
+			if dist {
+				cnt[n] = c + 1
+				if c+1 >= 2 {
+					continue
+				}
+			}
+		}
+		buf = append(buf, e)
+		sumA += spGPUs(e)
+	}
+	// (b), (c) Per-job caps.
+	if sumA > pr.maxRep[j] || int32(len(buf)) > pr.maxNodes {
+		buf = wk.trim(rng, buf, pr.maxRep[j], pr.maxNodes)
+	}
+	wk.rowbuf = buf
+	// (d) Node capacity, cumulative in job order.
+	for _, e := range buf {
+		n, v := spNode(e), spGPUs(e)
+		if room := capacity[n] - used[n]; v > room {
+			v = room
+		}
+		used[n] += v
+		if v > 0 {
+			colsum[n] += v
+			sum += v
+			nz++
+			e = spEntry(n, v)
+			x.ent[w] = e
+			w++
+			rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
+		}
+	}
+	return sum, nz, w, rowHash
 }
 
 // rowType returns the GPU type holding most of a row's GPUs (the type of
