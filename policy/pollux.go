@@ -595,6 +595,14 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 			}
 		}
 	}
+	pr.rowConst = gaGrow(pr.rowConst, rows)
+	for j := range rows {
+		pr.rowConst[j] = polluxRowConst{
+			factor: pr.factor[j], growFactor: pr.growFactor[j],
+			maxRep: pr.maxRep[j], minRep: pr.minRep[j], baseSum: pr.baseSum[j],
+			base0: pr.base.start[j], base1: pr.base.start[j+1],
+		}
+	}
 	pr.wholeNodes = cfg.WholeNodes
 	pr.table = gaGrow(pr.table, int(size))
 	for i := range pr.table {

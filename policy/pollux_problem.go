@@ -35,10 +35,13 @@ type polluxProblem struct {
 	// current allocation's GPUs.
 	growFactor []float64
 	baseSum    []int32
-	scale      float64 // d·#nodes = #nodes / total GPUs
-	p          float64 // power-mean exponent
-	avoid      bool    // interference avoidance
-	quirk      bool    // keep the artifact's interference quirk
+	// rowConst holds, per job, what repairEval reads of the above in
+	// one place.
+	rowConst []polluxRowConst
+	scale    float64 // d·#nodes = #nodes / total GPUs
+	p        float64 // power-mean exponent
+	avoid    bool    // interference avoidance
+	quirk    bool    // keep the artifact's interference quirk
 
 	// GPU types (heterogeneous clusters): ntypes distinct Node.Type
 	// values, nodeType the index of each node's type, typeNodes the nodes
@@ -98,6 +101,15 @@ type polluxProblem struct {
 	// batchDone receives one token per parallel batch, from whoever
 	// finishes its last pair.
 	batchDone chan struct{}
+}
+
+// polluxRowConst is what repairEval reads of job j's constants: the
+// factors, the replica bounds and GPUs of the current allocation, and
+// where its row of the current allocation lies in base.ent.
+type polluxRowConst struct {
+	factor, growFactor      float64
+	maxRep, minRep, baseSum int32
+	base0, base1            int32
 }
 
 // polluxWorker is the scratch space of one goroutine evaluating states.
@@ -636,6 +648,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 			continue
 		}
 		row := x.ent[r0:r1]
+		jc := &pr.rowConst[j]
 		var sum, nz int32
 		rowHash := uint64(j)
 		if len(row) == 1 && !pr.typed {
@@ -647,7 +660,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 			if avoid && quirk && cnt[n] >= 2 {
 				v = 0
 			}
-			v = min(v, pr.maxRep[j], capacity[n]-used[n])
+			v = min(v, jc.maxRep, capacity[n]-used[n])
 			used[n] += v
 			if v > 0 {
 				colsum[n] += v
@@ -668,7 +681,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 				partial = partial || spGPUs(e) != capacity[spNode(e)]
 			}
 		}
-		if sum != 0 && (sum < pr.minRep[j] || partial) {
+		if sum != 0 && (sum < jc.minRep || partial) {
 			for _, e := range x.ent[w-nz : w] {
 				colsum[spNode(e)] -= spGPUs(e)
 			}
@@ -694,11 +707,11 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		}
 		util += sp
 		scaled := sp * pr.scale
-		if !slices.Equal(x.ent[w-nz:w], pr.base.row(j)) {
-			if sum > pr.baseSum[j] {
-				scaled *= pr.growFactor[j]
+		if !slices.Equal(x.ent[w-nz:w], pr.base.ent[jc.base0:jc.base1]) {
+			if sum > jc.baseSum {
+				scaled *= jc.growFactor
 			} else {
-				scaled *= pr.factor[j]
+				scaled *= jc.factor
 			}
 		}
 		acc += polluxPowerTerm(scaled+1e-3, pr.p)
