@@ -345,18 +345,33 @@ func spCross(c, tail, head *spState, cut, rows int) {
 func (pr *polluxProblem) mutate(rng *rand.Rand, s int32) { pr.mutateWith(pr.workers[0], rng, s) }
 
 func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
+	pr.crossMutate(w, rng, s, s, s, 0)
+}
+
+// crossMutate writes into slot s the mutation of the crossover of head
+// and tail cut before row cut (rows [0, cut) of head, the others of
+// tail; see crossover), without writing the crossover out first. Slot s
+// may be head or tail only with cut = 0.
+func (pr *polluxProblem) crossMutate(w *polluxWorker, rng *rand.Rand, s, head, tail int32, cut int) {
 	rows, cols := pr.rows, pr.cols
-	src, dst := &pr.states[s], &w.tmp
+	out, dst := &pr.states[s], &w.tmp
 	dst.start = gaGrow(dst.start, rows+1)
 	dst.ent = dst.ent[:0]
-	// (1) and (2) while copying src into dst; runs of rows that neither
-	// step touches are copied at once.
+	// (1) and (2) while copying the source rows into dst; runs of rows
+	// that neither step touches are copied at once.
 	reset := gaSkip(rng, pr.skip10)
 	zero := gaSkip(rng, pr.skip10)
 	j := 0
 	for j < rows {
+		src := &pr.states[tail]
+		if j < cut {
+			src = &pr.states[head]
+		}
 		if j != reset && j != zero {
 			end := min(reset, zero, rows)
+			if j < cut {
+				end = min(end, cut)
+			}
 			delta := int32(len(dst.ent)) - src.start[j]
 			for k := j; k < end; k++ {
 				dst.start[k] = src.start[k] + delta
@@ -398,17 +413,21 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 		colsum[n] += spGPUs(e)
 		presStart[n+1]++
 	}
+	anyFree := false
 	for n := range cols {
 		presStart[n+1] += presStart[n]
+		anyFree = anyFree || pr.capacity[n]-colsum[n] >= 1
 	}
 	pres := gaGrow(w.pres, len(dst.ent))
 	w.pres = pres
-	fill := w.used // scratch: next free position per node
-	copy(fill, presStart[:cols])
-	for i, e := range dst.ent {
-		n := spNode(e)
-		pres[fill[n]] = int32(i)
-		fill[n]++
+	if anyFree { // else step (3) below reads no list
+		fill := w.used // scratch: next free position per node
+		copy(fill, presStart[:cols])
+		for i, e := range dst.ent {
+			n := spNode(e)
+			pres[fill[n]] = int32(i)
+			fill[n]++
+		}
 	}
 	// (3) Increase some elements on nodes with free GPUs.
 	adds := w.adds[:0]
@@ -464,36 +483,36 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 		pr.states[s], w.tmp = w.tmp, pr.states[s]
 		return
 	}
-	// Merge the new entries into their rows, writing into src's storage.
+	// Merge the new entries into their rows, writing into slot s.
 	slices.Sort(adds)
-	src.start = gaGrow(src.start, rows+1)
-	src.ent = src.ent[:0]
+	out.start = gaGrow(out.start, rows+1)
+	out.ent = out.ent[:0]
 	copyRows := func(from, to int) { // rows [from, to) of dst, unchanged
-		delta := int32(len(src.ent)) - dst.start[from]
+		delta := int32(len(out.ent)) - dst.start[from]
 		for k := from; k < to; k++ {
-			src.start[k] = dst.start[k] + delta
+			out.start[k] = dst.start[k] + delta
 		}
-		src.ent = append(src.ent, dst.ent[dst.start[from]:dst.start[to]]...)
+		out.ent = append(out.ent, dst.ent[dst.start[from]:dst.start[to]]...)
 	}
 	done := 0
 	for ai := 0; ai < len(adds); {
 		j := int(adds[ai] >> 32)
 		copyRows(done, j)
-		src.start[j] = int32(len(src.ent))
+		out.start[j] = int32(len(out.ent))
 		r := dst.row(j)
 		for ; ai < len(adds) && int(adds[ai]>>32) == j; ai++ {
 			e := uint32(adds[ai])
 			for len(r) > 0 && r[0] < e {
-				src.ent = append(src.ent, r[0])
+				out.ent = append(out.ent, r[0])
 				r = r[1:]
 			}
-			src.ent = append(src.ent, e)
+			out.ent = append(out.ent, e)
 		}
-		src.ent = append(src.ent, r...)
+		out.ent = append(out.ent, r...)
 		done = j + 1
 	}
 	copyRows(done, rows)
-	src.start[rows] = int32(len(src.ent))
+	out.start[rows] = int32(len(out.ent))
 }
 
 // breed crosses over, mutates, repairs and evaluates a batch of children
@@ -512,12 +531,17 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0, f1 []float64, hash []uint64) {
 	n := len(cuts)
 	one := func(w *polluxWorker, i int) {
-		c0, c1 := slots[i], slots[n+i]
-		pr.crossover(c0, c1, parents[2*i], parents[2*i+1], int(cuts[i]))
-		for _, c := range [2]int{i, n + i} {
+		a, b := parents[2*i], parents[2*i+1]
+		for k, c := range [2]int{i, n + i} {
 			s := slots[c]
 			w.pcg.Seed(seeds[c], uint64(c))
-			pr.mutateWith(w, w.rng, s)
+			// The first child takes rows [0, cut) from b, the second
+			// from a (crossover).
+			if k == 0 {
+				pr.crossMutate(w, w.rng, s, b, a, int(cuts[i]))
+			} else {
+				pr.crossMutate(w, w.rng, s, a, b, int(cuts[i]))
+			}
 			if pr.typed {
 				pr.moveTypes(w, w.rng, s)
 			}
