@@ -127,9 +127,8 @@ type PolluxConfig struct {
 	// repair and evaluate offspring. 0 means GOMAXPROCS for problems of
 	// at least 16 jobs and 1 below, falling back to 1 for the rest of a
 	// round when the other cores turn out busy (a few generations in a
-	// row that they did not speed up), and then for the next 1, 2, 4, ...
-	// up to 16 rounds while that keeps happening. Decisions do not depend
-	// on it: every child draws from its own random stream.
+	// row that they did not speed up). Decisions do not depend on it:
+	// every child draws from its own random stream.
 	Workers int
 	// SeedFromWholePopulation seeds the next round with the whole final
 	// population instead of its first non-dominated front. The default
@@ -337,7 +336,6 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		rows:        pr.rows,
 	}, pr, nSeeds)
 	res := e.run(ctx, rng, nSeeds)
-	pr.endRound()
 	p.stats.Generations = res.generations
 	p.stats.Evaluations = res.evaluations
 	p.stats.StoppedEarly = res.stoppedEarly
@@ -618,7 +616,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	if cfg.Workers > 0 {
 		pr.parallel = cfg.Workers
 	}
-	pr.startRound()
+	pr.helpers, pr.strikes = pr.parallel-1, 0
 	if pr.batchDone == nil {
 		pr.batchDone = make(chan struct{}, 1)
 	}

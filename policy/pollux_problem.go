@@ -98,13 +98,6 @@ type polluxProblem struct {
 	helpers  int
 	adaptive bool
 	strikes  int
-	// fellBack is set when the helpers were dropped in this round; then
-	// the next aloneRounds rounds go alone from the start, backoff
-	// (doubling up to polluxMaxBackoff while it keeps happening, reset by
-	// a round that keeps its helpers) of them.
-	fellBack    bool
-	aloneRounds int
-	backoff     int
 	// batchDone receives one token per parallel batch, from whoever
 	// finishes its last pair.
 	batchDone chan struct{}
@@ -146,12 +139,10 @@ type polluxWorker struct {
 // polluxSpin is how long the caller of a parallel batch polls for the
 // helpers' last pairs before it sleeps, and polluxMaxStrikes the number of
 // batches in a row the helpers may fail to speed up before a round goes
-// on alone, and polluxMaxBackoff the most rounds that then go alone from
-// the start (see endRound).
+// on alone.
 const (
 	polluxSpin       = 20 * time.Microsecond
 	polluxMaxStrikes = 3
-	polluxMaxBackoff = 16
 )
 
 // polluxUnset marks a speedup not computed yet (a NaN's bits).
@@ -605,36 +596,10 @@ func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0,
 		pr.strikes++
 		if pr.strikes >= polluxMaxStrikes {
 			pr.helpers = 0
-			pr.fellBack = true
 		}
 	} else {
 		pr.strikes = 0
 	}
-}
-
-// startRound sets the round's helpers: parallel − 1, or none if the
-// round is one of those that go alone after a fallback (endRound).
-func (pr *polluxProblem) startRound() {
-	pr.helpers, pr.strikes = pr.parallel-1, 0
-	if pr.adaptive && pr.helpers > 0 && pr.aloneRounds > 0 {
-		pr.aloneRounds--
-		pr.helpers = 0
-	}
-}
-
-// endRound sets how many of the next rounds go alone: none after a round
-// whose helpers paid, 1, 2, 4, ... polluxMaxBackoff after rounds in a row
-// that dropped them, so that a busy machine pays for the trial of a
-// helper only now and then.
-func (pr *polluxProblem) endRound() {
-	switch {
-	case pr.fellBack:
-		pr.backoff = min(max(2*pr.backoff, 1), polluxMaxBackoff)
-		pr.aloneRounds = pr.backoff
-	case pr.helpers > 0:
-		pr.backoff = 0
-	}
-	pr.fellBack = false
 }
 
 // polluxBatch hands out the pairs of one parallel batch.
