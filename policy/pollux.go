@@ -125,10 +125,8 @@ type PolluxConfig struct {
 	MaxNodesPerJob int
 	// Workers is the number of goroutines that cross over, mutate,
 	// repair and evaluate offspring. 0 means GOMAXPROCS for problems of
-	// at least 16 jobs and 1 below, falling back to 1 for the rest of a
-	// round when the other cores turn out busy (a few generations in a
-	// row that they did not speed up). Decisions do not depend on it:
-	// every child draws from its own random stream.
+	// at least 16 jobs and 1 below. Decisions do not depend on it: every
+	// child draws from its own random stream.
 	Workers int
 	// SeedFromWholePopulation seeds the next round with the whole final
 	// population instead of its first non-dominated front. The default
@@ -612,11 +610,9 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	if rows >= polluxParallelMinJobs {
 		pr.parallel = runtime.GOMAXPROCS(0)
 	}
-	pr.adaptive = cfg.Workers == 0
 	if cfg.Workers > 0 {
 		pr.parallel = cfg.Workers
 	}
-	pr.helpers, pr.strikes = pr.parallel-1, 0
 	if pr.batchDone == nil {
 		pr.batchDone = make(chan struct{}, 1)
 	}

@@ -90,14 +90,6 @@ type polluxProblem struct {
 	// serial operators use workers[0]. parallel is the number used.
 	workers  []*polluxWorker
 	parallel int
-	// helpers is the number of goroutines besides the caller that breed
-	// offspring, parallel − 1 at the start of a round. With adaptive
-	// (the default Workers = 0), it drops to 0 for the rest of the round
-	// after polluxMaxStrikes batches in a row that the helpers did not
-	// speed up (strikes counts them).
-	helpers  int
-	adaptive bool
-	strikes  int
 	// batchDone receives one token per parallel batch, from whoever
 	// finishes its last pair.
 	batchDone chan struct{}
@@ -137,13 +129,8 @@ type polluxWorker struct {
 }
 
 // polluxSpin is how long the caller of a parallel batch polls for the
-// helpers' last pairs before it sleeps, and polluxMaxStrikes the number of
-// batches in a row the helpers may fail to speed up before a round goes
-// on alone.
-const (
-	polluxSpin       = 20 * time.Microsecond
-	polluxMaxStrikes = 3
-)
+// helpers' last pairs before it sleeps.
+const polluxSpin = 20 * time.Microsecond
 
 // polluxUnset marks a speedup not computed yet (a NaN's bits).
 const polluxUnset = ^uint64(0)
@@ -548,7 +535,7 @@ func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0,
 			f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
 		}
 	}
-	nw := min(1+pr.helpers, n)
+	nw := min(pr.parallel, n)
 	if nw <= 1 {
 		for i := range n {
 			one(pr.workers[0], i)
@@ -559,15 +546,13 @@ func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0,
 	// exhausted and leaves without touching its scratch space, so one
 	// batch's late helper and the next batch's helper never share it.
 	b := &polluxBatch{n: int32(n)}
-	work := func(w *polluxWorker) int32 {
-		var did int32
+	work := func(w *polluxWorker) {
 		for {
 			i := b.next.Add(1) - 1
 			if i >= b.n {
-				return did
+				return
 			}
 			one(w, int(i))
-			did++
 			if b.done.Add(1) == b.n {
 				pr.batchDone <- struct{}{}
 			}
@@ -576,30 +561,12 @@ func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0,
 	for k := 1; k < nw; k++ {
 		go work(pr.workers[k])
 	}
-	t0 := time.Now()
-	mine := work(pr.workers[0])
-	t1 := time.Now()
+	work(pr.workers[0])
 	// The helpers' last pairs usually end within microseconds, sooner
 	// than a sleeping goroutine is woken: spin a little first.
-	for b.done.Load() < b.n && time.Since(t1) < polluxSpin {
+	for t0 := time.Now(); b.done.Load() < b.n && time.Since(t0) < polluxSpin; {
 	}
 	<-pr.batchDone
-	if !pr.adaptive {
-		return
-	}
-	// A helper that took no pair, or whose last pair kept the caller
-	// waiting for more than a quarter of its own work (its core busy
-	// with other processes), made the batch no faster: after a few such
-	// batches in a row the round goes on alone. The decisions do not
-	// depend on it.
-	if wait := time.Since(t1); mine == b.n || wait > t1.Sub(t0)/4 {
-		pr.strikes++
-		if pr.strikes >= polluxMaxStrikes {
-			pr.helpers = 0
-		}
-	} else {
-		pr.strikes = 0
-	}
 }
 
 // polluxBatch hands out the pairs of one parallel batch.
