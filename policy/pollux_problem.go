@@ -130,7 +130,7 @@ type polluxWorker struct {
 
 // polluxSpin is how long the caller of a parallel batch polls for the
 // helpers' last pairs before it sleeps.
-const polluxSpin = 20 * time.Microsecond
+const polluxSpin = 5 * time.Microsecond
 
 // polluxUnset marks a speedup not computed yet (a NaN's bits).
 const polluxUnset = ^uint64(0)
