@@ -106,7 +106,11 @@ type polluxRowConst struct {
 
 // polluxWorker is the scratch space of one goroutine evaluating states.
 type polluxWorker struct {
-	pcg *rand.PCG
+	// pcg is the worker's random state, written by every draw: it lives
+	// in the worker, away from the other workers' (two PCGs allocated
+	// one after the other would share a cache line and slow both
+	// goroutines down).
+	pcg rand.PCG
 	rng *rand.Rand
 	tmp spState
 
@@ -126,6 +130,7 @@ type polluxWorker struct {
 	lastVal []float64
 	// typeGPUs counts a row's GPUs per type (typed clusters).
 	typeGPUs []int32
+	_        [64]byte // keeps the next allocation off the last cache line
 }
 
 // polluxSpin is how long the caller of a parallel batch polls for the
@@ -137,9 +142,8 @@ const polluxUnset = ^uint64(0)
 
 // resize sizes the worker's scratch for rows jobs and cols nodes.
 func (w *polluxWorker) resize(rows, cols int) {
-	if w.pcg == nil {
-		w.pcg = rand.NewPCG(0, 0)
-		w.rng = rand.New(w.pcg)
+	if w.rng == nil {
+		w.rng = rand.New(&w.pcg)
 	}
 	w.used = gaGrow(w.used, cols)
 	w.colsum = gaGrow(w.colsum, cols)
@@ -341,7 +345,11 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 // may be head or tail only with cut = 0.
 func (pr *polluxProblem) crossMutate(w *polluxWorker, rng *rand.Rand, s, head, tail int32, cut int) {
 	rows, cols := pr.rows, pr.cols
-	out, dst := &pr.states[s], &w.tmp
+	// out is a local copy of slot s's header, stored back at the end:
+	// the headers of neighbouring slots, which other workers write, share
+	// its cache line.
+	outState := pr.states[s]
+	out, dst := &outState, &w.tmp
 	dst.start = gaGrow(dst.start, rows+1)
 	dst.ent = dst.ent[:0]
 	// (1) and (2) while copying the source rows into dst; runs of rows
@@ -500,6 +508,7 @@ func (pr *polluxProblem) crossMutate(w *polluxWorker, rng *rand.Rand, s, head, t
 	}
 	copyRows(done, rows)
 	out.start[rows] = int32(len(out.ent))
+	pr.states[s] = outState
 }
 
 // breed crosses over, mutates, repairs and evaluates a batch of children
@@ -616,7 +625,10 @@ func (pr *polluxProblem) repairEval(rng *rand.Rand, s int32) (float64, float64, 
 }
 
 func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int32) (float64, float64, uint64) {
-	x := &pr.states[s]
+	// A local copy of the slot's header: the headers of neighbouring
+	// slots, which other workers write, share its cache line.
+	st := pr.states[s]
+	x := &st
 	rows := pr.rows
 	avoid, quirk := pr.avoid, pr.quirk
 	used, colsum, capacity, cnt := wk.used, wk.colsum, pr.capacity, wk.cnt
@@ -709,6 +721,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 	}
 	x.start[rows] = w
 	x.ent = x.ent[:w]
+	pr.states[s] = st
 	fitness := polluxPowerMean(acc, rows, pr.p)
 	var occupied int32
 	for n, c := range colsum {
