@@ -50,12 +50,15 @@ type gaOps interface {
 	repairEval(rng *rand.Rand, s int32) (f0, f1 float64, hash uint64)
 	// equal reports whether slots s and t hold the same state.
 	equal(s, t int32) bool
-	// mutateRepairBatch mutates, repairs and evaluates every slot of
-	// slots, the i-th drawing from a random stream seeded by seeds[i],
-	// and stores the objectives and hashes in f0, f1 and hash (indexed by
+	// breed makes the children of len(cuts) parent pairs into slots,
+	// which holds 2·len(cuts) slots: pair i (parents[2i], parents[2i+1])
+	// is crossed over at cuts[i] into slots[i] and slots[len(cuts)+i]
+	// (as crossover does), then every child slots[c] is mutated, repaired
+	// and evaluated drawing from a random stream seeded by seeds[c], and
+	// its objectives and hash are stored in f0, f1 and hash (indexed by
 	// slot). It may use several goroutines; the result must not depend on
 	// their number.
-	mutateRepairBatch(slots []int32, seeds []uint64, f0, f1 []float64, hash []uint64)
+	breed(slots, parents, cuts []int32, seeds []uint64, f0, f1 []float64, hash []uint64)
 }
 
 // gaParams sizes one run of the engine.
@@ -90,13 +93,15 @@ type gaEngine struct {
 	hash          []uint64
 	keep          []bool
 	free          []int32
+	seen          []int32 // hash set of slots, −1 for empty; see duplicate
 
-	pop, off, batch []int32
-	childSeeds      []uint64
+	pop, off, batch, cuts []int32
+	childSeeds            []uint64
 
 	// Scratch.
 	perm, parents, order, byFront, fid, frontEnd, uniq, tmp, surv []int32
 	frontMin1, frontMin1F0                                        []float64
+	keys                                                          []gaKey
 
 	evals int
 }
@@ -125,6 +130,13 @@ func (e *gaEngine) reset(p gaParams, ops gaOps, nSeeds int) {
 	e.rank = gaGrow(e.rank, slots)
 	e.hash = gaGrow(e.hash, slots)
 	e.keep = gaGrow(e.keep, slots)
+	// The set holds at most the population and its offspring: at most
+	// half full.
+	size := 1
+	for size < 2*slots {
+		size *= 2
+	}
+	e.seen = gaGrow(e.seen, size)
 	e.free = e.free[:0]
 	for s := slots - 1; s >= 0; s-- {
 		e.free = append(e.free, int32(s))
@@ -151,35 +163,60 @@ func (e *gaEngine) finish(rng *rand.Rand, s int32) {
 	e.evals++
 }
 
-// duplicate reports whether slot s holds the same state as a slot in a or b.
-func (e *gaEngine) duplicate(s int32, a, b []int32) bool {
+// The slots of the population and of the offspring accepted so far are
+// kept in a hash set (open addressing, linear probing, keyed by the state
+// hash), so that finding a duplicate costs a probe or two instead of a
+// pass over both lists.
+
+// seenClear empties the set.
+func (e *gaEngine) seenClear() {
+	for i := range e.seen {
+		e.seen[i] = -1
+	}
+}
+
+// seenAdd adds slot s to the set.
+func (e *gaEngine) seenAdd(s int32) {
+	mask := uint64(len(e.seen) - 1)
+	for i := e.hash[s] & mask; ; i = (i + 1) & mask {
+		if e.seen[i] < 0 {
+			e.seen[i] = s
+			return
+		}
+	}
+}
+
+// duplicate reports whether slot s holds the same state as a slot of the
+// set.
+func (e *gaEngine) duplicate(s int32) bool {
 	h := e.hash[s]
-	for _, t := range a {
+	mask := uint64(len(e.seen) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		t := e.seen[i]
+		if t < 0 {
+			return false
+		}
 		if e.hash[t] == h && e.ops.equal(s, t) {
 			return true
 		}
 	}
-	for _, t := range b {
-		if e.hash[t] == h && e.ops.equal(s, t) {
-			return true
-		}
-	}
-	return false
 }
 
 // run executes NSGA-II from the nSeeds seed states of ops, and leaves the final population in e.pop with ranks and crowding
 // distances set. It checks ctx between generations and stops early (with
 // the population so far) once it is done.
 func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, nSeeds int) gaResult {
+	e.seenClear()
 	for i := range nSeeds {
 		s := e.alloc()
 		e.ops.loadSeed(s, i)
 		e.finish(rng, s)
-		if e.duplicate(s, e.pop, nil) {
+		if e.duplicate(s) {
 			e.release(s)
 			continue
 		}
 		e.pop = append(e.pop, s)
+		e.seenAdd(s)
 	}
 	// pymoo runs survival on the initial population only to set ranks and
 	// crowding distances for the first tournaments.
@@ -208,6 +245,10 @@ func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, nSeeds int) gaResult
 // offspring of e.pop.
 func (e *gaEngine) mate(rng *rand.Rand) {
 	e.off = e.off[:0]
+	e.seenClear()
+	for _, s := range e.pop {
+		e.seenAdd(s)
+	}
 	for attempt := 0; len(e.off) < e.p.popSize; attempt++ {
 		if attempt > e.p.maxMatings {
 			break
@@ -220,32 +261,34 @@ func (e *gaEngine) mate(rng *rand.Rand) {
 		}
 		// pymoo's Crossover returns the first child of every mating, then
 		// the second child of every mating.
+		e.cuts = gaGrow(e.cuts, nSel)
 		for i := range nSel {
 			cross := rng.Float64() < e.p.crossProb
 			cut := rng.IntN(e.p.rows)
 			if !cross {
 				cut = 0
 			}
-			e.ops.crossover(e.batch[i], e.batch[nSel+i], parents[2*i], parents[2*i+1], cut)
+			e.cuts[i] = int32(cut)
 		}
 		// Each child draws its mutation and repair from its own stream,
-		// so that the batch can be evaluated in parallel.
+		// so that the batch can be bred in parallel.
 		e.childSeeds = gaGrow(e.childSeeds, len(e.batch))
 		for i := range e.childSeeds {
 			e.childSeeds[i] = rng.Uint64()
 		}
-		e.ops.mutateRepairBatch(e.batch, e.childSeeds, e.f0, e.f1, e.hash)
+		e.ops.breed(e.batch, parents, e.cuts, e.childSeeds, e.f0, e.f1, e.hash)
 		for _, c := range e.batch {
 			e.rank[c] = math.MaxInt32
 			e.crowd[c] = -1
 			e.evals++
 		}
 		for _, c := range e.batch {
-			if len(e.off) >= e.p.popSize || e.duplicate(c, e.pop, e.off) {
+			if len(e.off) >= e.p.popSize || e.duplicate(c) {
 				e.release(c)
 				continue
 			}
 			e.off = append(e.off, c)
+			e.seenAdd(c)
 		}
 	}
 }
@@ -304,8 +347,18 @@ func (e *gaEngine) dominates(a, b int32) bool {
 // every member of the fronts it looks at, and releases the others.
 func (e *gaEngine) survive(rng *rand.Rand, n int) {
 	m := len(e.pop)
-	e.order = append(e.order[:0], e.pop...)
-	slices.SortStableFunc(e.order, e.compareObjectives)
+	// Lexicographic order of the objectives, ties in population order (a
+	// stable sort, done as an unstable one on keys that end with the
+	// position).
+	e.keys = gaGrow(e.keys, m)
+	for i, s := range e.pop {
+		e.keys[i] = gaKey{a: e.f0[s], b: e.f1[s], pos: int32(i), slot: s}
+	}
+	slices.SortFunc(e.keys, gaCompareKeys)
+	e.order = gaGrow(e.order, m)
+	for i := range e.keys {
+		e.order[i] = e.keys[i].slot
+	}
 
 	// Non-dominated sorting for two objectives: in lexicographic order a
 	// point belongs to the first front none of whose members dominates it,
@@ -365,7 +418,14 @@ func (e *gaEngine) survive(rng *rand.Rand, n int) {
 			// tie-break (pymoo randomized_argsort, descending).
 			e.tmp = append(e.tmp[:0], members...)
 			rng.Shuffle(len(e.tmp), func(i, j int) { e.tmp[i], e.tmp[j] = e.tmp[j], e.tmp[i] })
-			slices.SortStableFunc(e.tmp, e.compareCrowdingDesc)
+			e.keys = gaGrow(e.keys, len(e.tmp))
+			for i, s := range e.tmp {
+				e.keys[i] = gaKey{a: -e.crowd[s], pos: int32(i), slot: s}
+			}
+			slices.SortFunc(e.keys, gaCompareKeys)
+			for i := range e.keys {
+				e.tmp[i] = e.keys[i].slot
+			}
 			members = e.tmp[:n-len(e.surv)]
 		}
 		e.surv = append(e.surv, members...)
@@ -384,28 +444,25 @@ func (e *gaEngine) survive(rng *rand.Rand, n int) {
 	e.pop = append(e.pop[:0], e.surv...)
 }
 
-func (e *gaEngine) compareObjectives(a, b int32) int {
-	switch {
-	case e.f0[a] < e.f0[b]:
-		return -1
-	case e.f0[a] > e.f0[b]:
-		return 1
-	case e.f1[a] < e.f1[b]:
-		return -1
-	case e.f1[a] > e.f1[b]:
-		return 1
-	}
-	return 0
+// gaKey is a sort key: a, then b, then pos, which makes every key
+// distinct, so that any sort gives the order of a stable sort on (a, b).
+type gaKey struct {
+	a, b      float64
+	pos, slot int32
 }
 
-func (e *gaEngine) compareCrowdingDesc(a, b int32) int {
+func gaCompareKeys(x, y gaKey) int {
 	switch {
-	case e.crowd[a] > e.crowd[b]:
+	case x.a < y.a:
 		return -1
-	case e.crowd[a] < e.crowd[b]:
+	case x.a > y.a:
+		return 1
+	case x.b < y.b:
+		return -1
+	case x.b > y.b:
 		return 1
 	}
-	return 0
+	return int(x.pos - y.pos)
 }
 
 // crowding sets the crowding distance of the members of one front, given

@@ -41,10 +41,9 @@ const (
 	// polluxMaxAbsP bounds |p| so that (1e−3)^p stays finite.
 	polluxMaxAbsP = 100
 	// polluxParallelMinJobs is the fewest jobs for which offspring are
-	// evaluated on several cores by default: below, a generation's batch
-	// takes a few hundred microseconds and the gain is lost in
-	// synchronisation on a shared machine.
-	polluxParallelMinJobs = 128
+	// bred on several cores by default: below, a generation's batch takes
+	// a few tens of microseconds, not much more than waking a helper.
+	polluxParallelMinJobs = 16
 )
 
 // PolluxConfig configures the Pollux policy. The zero value gives the
@@ -124,10 +123,10 @@ type PolluxConfig struct {
 	// MaxNodesPerJob is the most nodes one job may span. 0 means 16 (the
 	// artifact's max_nodes, a no-op on its 16-node cluster).
 	MaxNodesPerJob int
-	// Workers is the number of goroutines that mutate, repair and
-	// evaluate offspring. 0 means GOMAXPROCS for problems of at least 128
-	// jobs and 1 below. Decisions do not depend on it: every child draws
-	// from its own random stream.
+	// Workers is the number of goroutines that cross over, mutate,
+	// repair and evaluate offspring. 0 means GOMAXPROCS for problems of
+	// at least 16 jobs and 1 below. Decisions do not depend on it: every
+	// child draws from its own random stream.
 	Workers int
 	// SeedFromWholePopulation seeds the next round with the whole final
 	// population instead of its first non-dominated front. The default
@@ -594,6 +593,14 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 			}
 		}
 	}
+	pr.rowConst = gaGrow(pr.rowConst, rows)
+	for j := range rows {
+		pr.rowConst[j] = polluxRowConst{
+			factor: pr.factor[j], growFactor: pr.growFactor[j],
+			maxRep: pr.maxRep[j], minRep: pr.minRep[j], baseSum: pr.baseSum[j],
+			base0: pr.base.start[j], base1: pr.base.start[j+1],
+		}
+	}
 	pr.wholeNodes = cfg.WholeNodes
 	pr.table = gaGrow(pr.table, int(size))
 	for i := range pr.table {
@@ -605,6 +612,9 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	}
 	if cfg.Workers > 0 {
 		pr.parallel = cfg.Workers
+	}
+	if pr.batchDone == nil {
+		pr.batchDone = make(chan struct{}, 1)
 	}
 	for len(pr.workers) < pr.parallel {
 		pr.workers = append(pr.workers, &polluxWorker{})

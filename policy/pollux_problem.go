@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // polluxProblem is one round's optimisation problem of PolluxSched: the
@@ -34,10 +35,13 @@ type polluxProblem struct {
 	// current allocation's GPUs.
 	growFactor []float64
 	baseSum    []int32
-	scale      float64 // d·#nodes = #nodes / total GPUs
-	p          float64 // power-mean exponent
-	avoid      bool    // interference avoidance
-	quirk      bool    // keep the artifact's interference quirk
+	// rowConst holds, per job, what repairEval reads of the above in
+	// one place.
+	rowConst []polluxRowConst
+	scale    float64 // d·#nodes = #nodes / total GPUs
+	p        float64 // power-mean exponent
+	avoid    bool    // interference avoidance
+	quirk    bool    // keep the artifact's interference quirk
 
 	// GPU types (heterogeneous clusters): ntypes distinct Node.Type
 	// values, nodeType the index of each node's type, typeNodes the nodes
@@ -86,11 +90,27 @@ type polluxProblem struct {
 	// serial operators use workers[0]. parallel is the number used.
 	workers  []*polluxWorker
 	parallel int
+	// batchDone receives one token per parallel batch, from whoever
+	// finishes its last pair.
+	batchDone chan struct{}
+}
+
+// polluxRowConst is what repairEval reads of job j's constants: the
+// factors, the replica bounds and GPUs of the current allocation, and
+// where its row of the current allocation lies in base.ent.
+type polluxRowConst struct {
+	factor, growFactor      float64
+	maxRep, minRep, baseSum int32
+	base0, base1            int32
 }
 
 // polluxWorker is the scratch space of one goroutine evaluating states.
 type polluxWorker struct {
-	pcg *rand.PCG
+	// pcg is the worker's random state, written by every draw: it lives
+	// in the worker, away from the other workers' (two PCGs allocated
+	// one after the other would share a cache line and slow both
+	// goroutines down).
+	pcg rand.PCG
 	rng *rand.Rand
 	tmp spState
 
@@ -110,16 +130,20 @@ type polluxWorker struct {
 	lastVal []float64
 	// typeGPUs counts a row's GPUs per type (typed clusters).
 	typeGPUs []int32
+	_        [64]byte // keeps the next allocation off the last cache line
 }
+
+// polluxSpin is how long the caller of a parallel batch polls for the
+// helpers' last pairs before it sleeps.
+const polluxSpin = 5 * time.Microsecond
 
 // polluxUnset marks a speedup not computed yet (a NaN's bits).
 const polluxUnset = ^uint64(0)
 
 // resize sizes the worker's scratch for rows jobs and cols nodes.
 func (w *polluxWorker) resize(rows, cols int) {
-	if w.pcg == nil {
-		w.pcg = rand.NewPCG(0, 0)
-		w.rng = rand.New(w.pcg)
+	if w.rng == nil {
+		w.rng = rand.New(&w.pcg)
 	}
 	w.used = gaGrow(w.used, cols)
 	w.colsum = gaGrow(w.colsum, cols)
@@ -214,6 +238,11 @@ func (pr *polluxProblem) speedup(w *polluxWorker, j int, t, nn, k int32) float64
 	if w.lastKey[2*j] == key {
 		return w.lastVal[2*j]
 	}
+	return pr.speedupMiss(w, j, t, nn, k, key)
+}
+
+// speedupMiss is speedup past its first cache entry.
+func (pr *polluxProblem) speedupMiss(w *polluxWorker, j int, t, nn, k int32, key int64) float64 {
 	if w.lastKey[2*j+1] == key {
 		return w.lastVal[2*j+1]
 	}
@@ -307,18 +336,37 @@ func spCross(c, tail, head *spState, cut, rows int) {
 func (pr *polluxProblem) mutate(rng *rand.Rand, s int32) { pr.mutateWith(pr.workers[0], rng, s) }
 
 func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
+	pr.crossMutate(w, rng, s, s, s, 0)
+}
+
+// crossMutate writes into slot s the mutation of the crossover of head
+// and tail cut before row cut (rows [0, cut) of head, the others of
+// tail; see crossover), without writing the crossover out first. Slot s
+// may be head or tail only with cut = 0.
+func (pr *polluxProblem) crossMutate(w *polluxWorker, rng *rand.Rand, s, head, tail int32, cut int) {
 	rows, cols := pr.rows, pr.cols
-	src, dst := &pr.states[s], &w.tmp
+	// out is a local copy of slot s's header, stored back at the end:
+	// the headers of neighbouring slots, which other workers write, share
+	// its cache line.
+	outState := pr.states[s]
+	out, dst := &outState, &w.tmp
 	dst.start = gaGrow(dst.start, rows+1)
 	dst.ent = dst.ent[:0]
-	// (1) and (2) while copying src into dst; runs of rows that neither
-	// step touches are copied at once.
+	// (1) and (2) while copying the source rows into dst; runs of rows
+	// that neither step touches are copied at once.
 	reset := gaSkip(rng, pr.skip10)
 	zero := gaSkip(rng, pr.skip10)
 	j := 0
 	for j < rows {
+		src := &pr.states[tail]
+		if j < cut {
+			src = &pr.states[head]
+		}
 		if j != reset && j != zero {
 			end := min(reset, zero, rows)
+			if j < cut {
+				end = min(end, cut)
+			}
 			delta := int32(len(dst.ent)) - src.start[j]
 			for k := j; k < end; k++ {
 				dst.start[k] = src.start[k] + delta
@@ -360,17 +408,21 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 		colsum[n] += spGPUs(e)
 		presStart[n+1]++
 	}
+	anyFree := false
 	for n := range cols {
 		presStart[n+1] += presStart[n]
+		anyFree = anyFree || pr.capacity[n]-colsum[n] >= 1
 	}
 	pres := gaGrow(w.pres, len(dst.ent))
 	w.pres = pres
-	fill := w.used // scratch: next free position per node
-	copy(fill, presStart[:cols])
-	for i, e := range dst.ent {
-		n := spNode(e)
-		pres[fill[n]] = int32(i)
-		fill[n]++
+	if anyFree { // else step (3) below reads no list
+		fill := w.used // scratch: next free position per node
+		copy(fill, presStart[:cols])
+		for i, e := range dst.ent {
+			n := spNode(e)
+			pres[fill[n]] = int32(i)
+			fill[n]++
+		}
 	}
 	// (3) Increase some elements on nodes with free GPUs.
 	adds := w.adds[:0]
@@ -426,70 +478,110 @@ func (pr *polluxProblem) mutateWith(w *polluxWorker, rng *rand.Rand, s int32) {
 		pr.states[s], w.tmp = w.tmp, pr.states[s]
 		return
 	}
-	// Merge the new entries into their rows, writing into src's storage.
+	// Merge the new entries into their rows, writing into slot s.
 	slices.Sort(adds)
-	src.start = gaGrow(src.start, rows+1)
-	src.ent = src.ent[:0]
+	out.start = gaGrow(out.start, rows+1)
+	out.ent = out.ent[:0]
 	copyRows := func(from, to int) { // rows [from, to) of dst, unchanged
-		delta := int32(len(src.ent)) - dst.start[from]
+		delta := int32(len(out.ent)) - dst.start[from]
 		for k := from; k < to; k++ {
-			src.start[k] = dst.start[k] + delta
+			out.start[k] = dst.start[k] + delta
 		}
-		src.ent = append(src.ent, dst.ent[dst.start[from]:dst.start[to]]...)
+		out.ent = append(out.ent, dst.ent[dst.start[from]:dst.start[to]]...)
 	}
 	done := 0
 	for ai := 0; ai < len(adds); {
 		j := int(adds[ai] >> 32)
 		copyRows(done, j)
-		src.start[j] = int32(len(src.ent))
+		out.start[j] = int32(len(out.ent))
 		r := dst.row(j)
 		for ; ai < len(adds) && int(adds[ai]>>32) == j; ai++ {
 			e := uint32(adds[ai])
 			for len(r) > 0 && r[0] < e {
-				src.ent = append(src.ent, r[0])
+				out.ent = append(out.ent, r[0])
 				r = r[1:]
 			}
-			src.ent = append(src.ent, e)
+			out.ent = append(out.ent, e)
 		}
-		src.ent = append(src.ent, r...)
+		out.ent = append(out.ent, r...)
 		done = j + 1
 	}
 	copyRows(done, rows)
-	src.start[rows] = int32(len(src.ent))
+	out.start[rows] = int32(len(out.ent))
+	pr.states[s] = outState
 }
 
-// mutateRepairBatch mutates, repairs and evaluates the states in slots,
-// the i-th with its own random stream PCG(seeds[i], i), writing the
-// objectives and hashes into f0, f1 and hash (indexed by slot). The
-// result does not depend on how many goroutines share the work.
-func (pr *polluxProblem) mutateRepairBatch(slots []int32, seeds []uint64, f0, f1 []float64, hash []uint64) {
+// breed crosses over, mutates, repairs and evaluates a batch of children
+// (gaOps.breed). The unit of work is a parent pair: its crossover writes
+// both children, which are then mutated, repaired and evaluated, child c
+// with its own random stream PCG(seeds[c], c), so the result does not
+// depend on how many goroutines share the work or in which order they
+// take it.
+//
+// With several workers, the calling goroutine takes pairs too, and the
+// pairs are handed out one at a time from a shared counter rather than
+// split in advance: on a machine whose cores are busy with other work, a
+// helper that is not scheduled in time takes fewer pairs (or none)
+// instead of holding up the generation, and the caller waits only for
+// pairs already taken.
+func (pr *polluxProblem) breed(slots, parents, cuts []int32, seeds []uint64, f0, f1 []float64, hash []uint64) {
+	n := len(cuts)
 	one := func(w *polluxWorker, i int) {
-		s := slots[i]
-		w.pcg.Seed(seeds[i], uint64(i))
-		pr.mutateWith(w, w.rng, s)
-		if pr.typed {
-			pr.moveTypes(w, w.rng, s)
+		a, b := parents[2*i], parents[2*i+1]
+		for k, c := range [2]int{i, n + i} {
+			s := slots[c]
+			w.pcg.Seed(seeds[c], uint64(c))
+			// The first child takes rows [0, cut) from b, the second
+			// from a (crossover).
+			if k == 0 {
+				pr.crossMutate(w, w.rng, s, b, a, int(cuts[i]))
+			} else {
+				pr.crossMutate(w, w.rng, s, a, b, int(cuts[i]))
+			}
+			if pr.typed {
+				pr.moveTypes(w, w.rng, s)
+			}
+			f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
 		}
-		f0[s], f1[s], hash[s] = pr.repairEvalWith(w, w.rng, s)
 	}
-	nw := min(pr.parallel, len(slots))
+	nw := min(pr.parallel, n)
 	if nw <= 1 {
-		for i := range slots {
+		for i := range n {
 			one(pr.workers[0], i)
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	for k := range nw {
-		wg.Add(1)
-		go func(w *polluxWorker) {
-			defer wg.Done()
-			for i := k; i < len(slots); i += nw {
-				one(w, i)
+	// A helper that starts after the batch is over finds the counter
+	// exhausted and leaves without touching its scratch space, so one
+	// batch's late helper and the next batch's helper never share it.
+	b := &polluxBatch{n: int32(n)}
+	work := func(w *polluxWorker) {
+		for {
+			i := b.next.Add(1) - 1
+			if i >= b.n {
+				return
 			}
-		}(pr.workers[k])
+			one(w, int(i))
+			if b.done.Add(1) == b.n {
+				pr.batchDone <- struct{}{}
+			}
+		}
 	}
-	wg.Wait()
+	for k := 1; k < nw; k++ {
+		go work(pr.workers[k])
+	}
+	work(pr.workers[0])
+	// The helpers' last pairs usually end within microseconds, sooner
+	// than a sleeping goroutine is woken: spin a little first.
+	for t0 := time.Now(); b.done.Load() < b.n && time.Since(t0) < polluxSpin; {
+	}
+	<-pr.batchDone
+}
+
+// polluxBatch hands out the pairs of one parallel batch.
+type polluxBatch struct {
+	next, done atomic.Int32 // pairs taken and finished
+	n          int32
 }
 
 // spRaise redraws an entry's GPUs uniformly in [GPUs, limit] (numpy's
@@ -533,7 +625,10 @@ func (pr *polluxProblem) repairEval(rng *rand.Rand, s int32) (float64, float64, 
 }
 
 func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int32) (float64, float64, uint64) {
-	x := &pr.states[s]
+	// A local copy of the slot's header: the headers of neighbouring
+	// slots, which other workers write, share its cache line.
+	st := pr.states[s]
+	x := &st
 	rows := pr.rows
 	avoid, quirk := pr.avoid, pr.quirk
 	used, colsum, capacity, cnt := wk.used, wk.colsum, pr.capacity, wk.cnt
@@ -556,60 +651,30 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 			continue
 		}
 		row := x.ent[r0:r1]
-		// (0) On a typed cluster, one GPU type per job: the type holding
-		// most of the row's GPUs (the first node's type on ties).
-		keepType := int32(-1)
-		span := len(row)
-		if pr.typed {
-			keepType, span = pr.rowType(wk, row)
-		}
-		dist := avoid && span > 1
-		// (a) into the row buffer.
-		buf := wk.rowbuf[:0]
-		var sumA int32
-		for _, e := range row {
-			if keepType >= 0 && pr.nodeType[spNode(e)] != keepType {
-				continue
-			}
-			if avoid {
-				n := spNode(e)
-				c := cnt[n]
-				if c >= 2 && quirk {
-					continue
-				}
-				if dist {
-					cnt[n] = c + 1
-					if c+1 >= 2 {
-						continue
-					}
-				}
-			}
-			buf = append(buf, e)
-			sumA += spGPUs(e)
-		}
-		// (b), (c) Per-job caps.
-		if sumA > pr.maxRep[j] || int32(len(buf)) > pr.maxNodes {
-			buf = wk.trim(rng, buf, pr.maxRep[j], pr.maxNodes)
-		}
-		wk.rowbuf = buf
-		// (d) Node capacity, cumulative in job order.
+		jc := &pr.rowConst[j]
 		var sum, nz int32
 		rowHash := uint64(j)
-		for _, e := range buf {
+		if len(row) == 1 && !pr.typed {
+			// The usual row, one node: steps (a) to (d) without the row
+			// buffer (trim keeps min(GPUs, MaxReplicas) of a single entry
+			// and draws nothing).
+			e := row[0]
 			n, v := spNode(e), spGPUs(e)
-			if room := capacity[n] - used[n]; v > room {
-				v = room
+			if avoid && quirk && cnt[n] >= 2 {
+				v = 0
 			}
+			v = min(v, jc.maxRep, capacity[n]-used[n])
 			used[n] += v
 			if v > 0 {
 				colsum[n] += v
-				sum += v
-				nz++
+				sum, nz = v, 1
 				e = spEntry(n, v)
 				x.ent[w] = e
 				w++
 				rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
 			}
+		} else {
+			sum, nz, w, rowHash = pr.repairRow(wk, rng, x, j, row, w, rowHash)
 		}
 		// (e) Minimum replicas; with WholeNodes, a job on several nodes
 		// must hold all of each one's GPUs.
@@ -619,7 +684,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 				partial = partial || spGPUs(e) != capacity[spNode(e)]
 			}
 		}
-		if sum != 0 && (sum < pr.minRep[j] || partial) {
+		if sum != 0 && (sum < jc.minRep || partial) {
 			for _, e := range x.ent[w-nz : w] {
 				colsum[spNode(e)] -= spGPUs(e)
 			}
@@ -636,20 +701,27 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		if pr.typed {
 			t = pr.nodeType[spNode(x.ent[w-nz])]
 		}
-		sp := pr.speedup(wk, j, t, nz, sum)
+		// pr.speedup(wk, j, t, nz, sum), its first cache entry inlined.
+		var sp float64
+		if key := int64(t)<<40 | int64(nz)<<20 | int64(sum); wk.lastKey[2*j] == key {
+			sp = wk.lastVal[2*j]
+		} else {
+			sp = pr.speedupMiss(wk, j, t, nz, sum, key)
+		}
 		util += sp
 		scaled := sp * pr.scale
-		if !slices.Equal(x.ent[w-nz:w], pr.base.row(j)) {
-			if sum > pr.baseSum[j] {
-				scaled *= pr.growFactor[j]
+		if !slices.Equal(x.ent[w-nz:w], pr.base.ent[jc.base0:jc.base1]) {
+			if sum > jc.baseSum {
+				scaled *= jc.growFactor
 			} else {
-				scaled *= pr.factor[j]
+				scaled *= jc.factor
 			}
 		}
 		acc += polluxPowerTerm(scaled+1e-3, pr.p)
 	}
 	x.start[rows] = w
 	x.ent = x.ent[:w]
+	pr.states[s] = st
 	fitness := polluxPowerMean(acc, rows, pr.p)
 	var occupied int32
 	for n, c := range colsum {
@@ -662,6 +734,69 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		utility = util / float64(occupied)
 	}
 	return -fitness, -utility, hash
+}
+
+// repairRow does steps (0) and (a) to (d) of repairEval for row j of x,
+// whose entries are row, writing the entries kept at x.ent[w:]; it
+// returns the GPUs and entries kept, the next write position and the row
+// hash continued from rowHash.
+func (pr *polluxProblem) repairRow(wk *polluxWorker, rng *rand.Rand, x *spState, j int, row []uint32, w int32, rowHash uint64) (sum, nz, next int32, hash uint64) {
+	avoid, quirk := pr.avoid, pr.quirk
+	used, colsum, capacity, cnt := wk.used, wk.colsum, pr.capacity, wk.cnt
+	// (0) On a typed cluster, one GPU type per job: the type holding
+	// most of the row's GPUs (the first node's type on ties).
+	keepType := int32(-1)
+	span := len(row)
+	if pr.typed {
+		keepType, span = pr.rowType(wk, row)
+	}
+	dist := avoid && span > 1
+	// (a) into the row buffer.
+	buf := wk.rowbuf[:0]
+	var sumA int32
+	for _, e := range row {
+		if keepType >= 0 && pr.nodeType[spNode(e)] != keepType {
+			continue
+		}
+		if avoid {
+			n := spNode(e)
+			c := cnt[n]
+			if c >= 2 && quirk {
+				continue
+			}
+			if dist {
+				cnt[n] = c + 1
+				if c+1 >= 2 {
+					continue
+				}
+			}
+		}
+		buf = append(buf, e)
+		sumA += spGPUs(e)
+	}
+	// (b), (c) Per-job caps.
+	if sumA > pr.maxRep[j] || int32(len(buf)) > pr.maxNodes {
+		buf = wk.trim(rng, buf, pr.maxRep[j], pr.maxNodes)
+	}
+	wk.rowbuf = buf
+	// (d) Node capacity, cumulative in job order.
+	for _, e := range buf {
+		n, v := spNode(e), spGPUs(e)
+		if room := capacity[n] - used[n]; v > room {
+			v = room
+		}
+		used[n] += v
+		if v > 0 {
+			colsum[n] += v
+			sum += v
+			nz++
+			e = spEntry(n, v)
+			x.ent[w] = e
+			w++
+			rowHash = rowHash*0x9e3779b97f4a7c15 + uint64(e)
+		}
+	}
+	return sum, nz, w, rowHash
 }
 
 // rowType returns the GPU type holding most of a row's GPUs (the type of
