@@ -62,6 +62,11 @@ type polluxProblem struct {
 	// (PolluxConfig.WholeNodes).
 	wholeNodes bool
 
+	// weight (nil: all 1) weighs each job's term of the fitness; wsum is
+	// their sum.
+	weight []float64
+	wsum   float64
+
 	// Speedup tables: job j's SPEEDUP(nn nodes, k GPUs) on GPU type t has
 	// the bits of a float64 in table[tabOff[j·ntypes+t] + nn·tabStride[j]
 	// + k], computed on first
@@ -647,7 +652,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		next = r1
 		x.start[j] = w
 		if r0 == r1 {
-			acc += empty
+			acc += pr.w(j) * empty
 			continue
 		}
 		row := x.ent[r0:r1]
@@ -693,7 +698,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		}
 		if sum == 0 {
 			// SPEEDUP(0, 0) = 0, with or without a restart penalty.
-			acc += empty
+			acc += pr.w(j) * empty
 			continue
 		}
 		hash += gaMix(rowHash)
@@ -717,11 +722,14 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 				scaled *= jc.factor
 			}
 		}
-		acc += polluxPowerTerm(scaled+1e-3, pr.p)
+		acc += pr.w(j) * polluxPowerTerm(scaled+1e-3, pr.p)
 	}
 	x.start[rows] = w
 	x.ent = x.ent[:w]
 	pr.states[s] = st
+	if pr.weight != nil {
+		acc *= float64(rows) / pr.wsum
+	}
 	fitness := polluxPowerMean(acc, rows, pr.p)
 	var occupied int32
 	for n, c := range colsum {
@@ -930,4 +938,12 @@ func (w *polluxWorker) trim(rng *rand.Rand, row []uint32, maxRep, maxNodes int32
 		}
 	}
 	return out
+}
+
+// w returns job j's weight in the fitness.
+func (pr *polluxProblem) w(j int) float64 {
+	if pr.weight == nil {
+		return 1
+	}
+	return pr.weight[j]
 }

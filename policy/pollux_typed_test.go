@@ -107,3 +107,65 @@ func TestPolluxTypedDefaults(t *testing.T) {
 		t.Errorf("one-type cluster, zero config:\n%s\nwant the one-type defaults':\n%s", a, b)
 	}
 }
+
+// TestPolluxTypedAgeWeights: two pending jobs want the one a100 node; the
+// old one gains a little more there. With every job weighing 1
+// (AgeWeightScale < 0) the fitness gives it the a100s; with the typed
+// default age weights the young job gets them and the old one the t4s.
+// On a cluster of one type the zero config keeps every weight at 1.
+func TestPolluxTypedAgeWeights(t *testing.T) {
+	pools := []pt.TypedPool{{Type: "t4", Nodes: 1, GPUs: 4, Speed: 1}, {Type: "a100", Nodes: 1, GPUs: 4, Speed: 4}}
+	models := func(a100 float64) map[string]policy.GoodputModel {
+		return map[string]policy.GoodputModel{
+			"t4":   pt.Scaled{Model: pt.Linear(), Factor: 1},
+			"a100": pt.Scaled{Model: pt.Linear(), Factor: a100},
+		}
+	}
+	in := policy.Input{Now: 20000, Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
+		{ID: "old", MaxReplicas: 4, Age: 20000, AttainedService: 4e4, TypedGoodput: models(5)},
+		{ID: "young", MaxReplicas: 4, Age: 60, TypedGoodput: models(4)},
+	}}
+	onA100 := func(cfg policy.PolluxConfig) string {
+		t.Helper()
+		p, err := policy.NewPollux(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.Optimize(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, a := range out {
+			if len(a) == 4 && a[0] == "a100-00" {
+				return id
+			}
+		}
+		t.Fatalf("%+v: no job holds the a100 node: %v", cfg, out)
+		return ""
+	}
+	if got := onA100(policy.PolluxConfig{Seed: 1, AgeWeightScale: -1}); got != "old" {
+		t.Errorf("without age weights the a100s go to %q, want old", got)
+	}
+	if got := onA100(policy.PolluxConfig{Seed: 1}); got != "young" {
+		t.Errorf("with the typed age weights the a100s go to %q, want young", got)
+	}
+	one := pt.ClusterInput(5, 16, 4, 40)
+	decide := func(cfg policy.PolluxConfig) string {
+		t.Helper()
+		p, err := policy.NewPollux(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.Optimize(context.Background(), one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(out)
+	}
+	if a, b := decide(policy.PolluxConfig{Seed: 2}), decide(policy.PolluxConfig{Seed: 2, AgeWeightScale: -1}); a != b {
+		t.Errorf("one-type cluster: the zero config weighs jobs by age:\n%s\nwant unweighted:\n%s", a, b)
+	}
+	if a, b := decide(policy.PolluxConfig{Seed: 2}), decide(policy.PolluxConfig{Seed: 2, AgeWeightScale: 600}); a == b {
+		t.Errorf("one-type cluster: explicit age weights decide the same (%s): the test cannot tell them apart", a)
+	}
+}
