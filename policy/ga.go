@@ -68,6 +68,9 @@ type gaParams struct {
 	crossProb   float64 // probability that a parent pair is crossed over
 	maxMatings  int     // mating attempts per generation beyond the first
 	rows        int     // rows of a state; crossover cuts between rows
+	// stall, if > 0, ends the run once the first front's objectives have
+	// not changed for stall generations in a row.
+	stall int
 }
 
 // gaResult summarises one run.
@@ -76,6 +79,7 @@ type gaResult struct {
 	evaluations  int  // states repaired and evaluated
 	stoppedEarly bool // a generation produced no unique offspring
 	cancelled    bool // the context was done before the last generation
+	stalled      bool // the first front stopped changing (gaParams.stall)
 }
 
 // gaCrowdingInf stands for an infinite crowding distance (boundary points),
@@ -222,6 +226,7 @@ func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, nSeeds int) gaResult
 	// crowding distances for the first tournaments.
 	e.survive(rng, len(e.pop))
 	res := gaResult{generations: 1}
+	front, same := e.frontDigest(), 0
 	for res.generations < e.p.generations {
 		if ctx.Err() != nil {
 			res.cancelled = true
@@ -236,6 +241,16 @@ func (e *gaEngine) run(ctx context.Context, rng *rand.Rand, nSeeds int) gaResult
 		e.pop = append(e.pop, e.off...)
 		e.off = e.off[:0]
 		e.survive(rng, e.p.popSize)
+		if e.p.stall > 0 {
+			if d := e.frontDigest(); d == front {
+				if same++; same >= e.p.stall {
+					res.stalled = true
+					break
+				}
+			} else {
+				front, same = d, 0
+			}
+		}
 	}
 	res.evaluations = e.evals
 	return res
@@ -539,4 +554,19 @@ func gaSkipScale(p float64) float64 {
 		return 0
 	}
 	return -1 / math.Log1p(-p)
+}
+
+// frontDigest hashes the objectives of the population's first front (in
+// the order of the first objective), to tell whether a generation
+// changed it.
+func (e *gaEngine) frontDigest() uint64 {
+	var h uint64
+	for _, m := range e.pop {
+		if e.rank[m] != 0 {
+			continue
+		}
+		// Order-independent: the sum of mixed hashes of the points.
+		h += gaMix(math.Float64bits(e.f0[m])*0x9e3779b97f4a7c15 ^ math.Float64bits(e.f1[m]))
+	}
+	return h
 }

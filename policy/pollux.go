@@ -69,6 +69,10 @@ type PolluxConfig struct {
 	// population as the first, as pymoo's ("n_gen", N) termination does.
 	// 0 means 100 (so 99 rounds of mating).
 	Generations int
+	// StallGenerations, if > 0, ends a round's search early once the
+	// first Pareto front has not changed for that many generations in a
+	// row (0: always run Generations).
+	StallGenerations int
 	// Seed seeds the random source. Round r (the r-th call of Optimize)
 	// draws from PCG(Seed, r), so the same seed and the same sequence of
 	// inputs give the same decisions.
@@ -218,6 +222,9 @@ func (c PolluxConfig) Validate() error {
 	}
 	if c.Generations < 0 {
 		errs = append(errs, fmt.Errorf("generations %d is negative", c.Generations))
+	}
+	if c.StallGenerations < 0 {
+		errs = append(errs, fmt.Errorf("stall generations %d is negative", c.StallGenerations))
 	}
 	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > polluxMaxAbsP {
 		errs = append(errs, fmt.Errorf("fairness p %v is not in [-%d, %d]", c.FairnessP, polluxMaxAbsP, polluxMaxAbsP))
@@ -372,6 +379,7 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		crossProb:   0.9,
 		maxMatings:  100,
 		rows:        pr.rows,
+		stall:       p.cfg.StallGenerations,
 	}, pr, nSeeds)
 	res := e.run(ctx, rng, nSeeds)
 	p.stats.Generations = res.generations

@@ -609,3 +609,39 @@ func TestPolluxKeepsRestoringJob(t *testing.T) {
 		}
 	}
 }
+
+// TestPolluxStallGenerations: with StallGenerations a warm round ends
+// once the first front stops changing, well before Generations; without
+// it every generation runs. Either way the allocation is feasible.
+func TestPolluxStallGenerations(t *testing.T) {
+	in := policytest.ClusterInput(1, 16, 4, 45)
+	for _, tc := range []struct {
+		stall   int
+		fewer   bool
+		wantErr bool
+	}{{0, false, false}, {10, true, false}, {-1, false, true}} {
+		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1, StallGenerations: tc.stall})
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("stall %d accepted", tc.stall)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // warm: seeded by the previous round's front
+			out, err := p.Optimize(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := policytest.Check(in, out, policytest.CheckOptions{}); err != nil {
+				t.Fatalf("stall %d: %v", tc.stall, err)
+			}
+		}
+		gens := p.LastStats().Generations
+		if tc.fewer != (gens < 100) {
+			t.Errorf("stall %d: %d generations run", tc.stall, gens)
+		}
+	}
+}

@@ -23,7 +23,12 @@ func NewPolicy(name string, seed int64) (policy.Policy, error) {
 // does whatever delays its simulator charges, and caps a configuration's
 // nodes per type at SiaMaxPhysicalNodes.
 func NewPolicyFor(name string, seed int64, rules Rules) (policy.Policy, error) {
-	s := policy.Settings{Pollux: policy.PolluxConfig{Seed: seed}}
+	return NewPolicyWith(name, policy.PolluxConfig{Seed: seed}, rules)
+}
+
+// NewPolicyWith is NewPolicyFor with the Pollux policy's settings given.
+func NewPolicyWith(name string, pc policy.PolluxConfig, rules Rules) (policy.Policy, error) {
+	s := policy.Settings{Pollux: pc}
 	if rules == RulesSia {
 		s.Sia.ArtifactRestartPenalties = true
 		// The artifact's configurations span at most the nodes each type

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/apps"
+	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 )
@@ -32,6 +33,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		interval     = fs.Duration("interval", 60*time.Second, "scheduling interval")
 		restartDelay = fs.Duration("restart-delay", 0, "restart (checkpoint-restore) delay of every job (default: the rules' own: 30 s, or Sia's per-application delays)")
 		seed         = fs.Int64("seed", 1, "random seed of the Pollux genetic algorithm")
+		stall        = fs.Int("ga-stall", 0, "end a Pollux round's search once the first front has not changed for this many generations (0: all generations)")
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
 		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
 	)
@@ -102,7 +104,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	var runs []results.Run
 	for _, name := range names {
-		pol, err := sim.NewPolicyFor(name, *seed, rules)
+		pol, err := sim.NewPolicyWith(name, policy.PolluxConfig{Seed: *seed, StallGenerations: *stall}, rules)
 		if err != nil {
 			return usageErr("%v", err)
 		}
