@@ -92,6 +92,15 @@ type PolluxConfig struct {
 	// average JCT 2401 → 1892 s); the default of one-type clusters stays
 	// as it was.
 	ExemptGrowth bool
+	// ServiceWeight, if positive, weighs each job's term of the power
+	// mean by A0/(A0 + its attained service), A0 = ServiceWeight
+	// GPU-seconds, so that jobs with little service (likely short, as in
+	// Tiresias' least-attained-service order) get GPUs first and more of
+	// them. 0 (the default) weighs all jobs alike, as Pollux. Measured on
+	// the eight artifact workloads (seed 1): A0 = 3600 s mean average JCT
+	// 2644 -> 2600 s but 1.86 -> 2.46 restarts per job and workload-1
+	// +4.4%; A0 = 14400 s 2619 s, 2.24 restarts (README, Quality).
+	ServiceWeight float64
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
 	// exempts it: a pending job pays its start-up delay whenever it
@@ -203,6 +212,9 @@ func (c PolluxConfig) Validate() error {
 	}
 	if !(c.TypeMoveProbability >= 0 && c.TypeMoveProbability <= 1) {
 		errs = append(errs, fmt.Errorf("type move probability %v is not in [0, 1]", c.TypeMoveProbability))
+	}
+	if math.IsNaN(c.ServiceWeight) || math.IsInf(c.ServiceWeight, 0) || c.ServiceWeight < 0 {
+		errs = append(errs, fmt.Errorf("service weight %v GPU-seconds is not a finite non-negative number", c.ServiceWeight))
 	}
 	if c.GrowthLimit < 0 {
 		errs = append(errs, fmt.Errorf("growth limit %d is negative", c.GrowthLimit))
@@ -515,6 +527,8 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.minRep = gaGrow(pr.minRep, rows)
 	pr.factor = gaGrow(pr.factor, rows)
 	pr.growFactor = gaGrow(pr.growFactor, rows)
+	pr.weight = gaGrow(pr.weight, rows)
+	pr.weightSum = 0
 	pr.baseSum = gaGrow(pr.baseSum, rows)
 	pr.models = gaGrow(pr.models, rows*nt)
 	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
@@ -578,6 +592,11 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 			noH.RestartHysteresis = -1
 			pr.growFactor[j] = polluxJobRestartFactor(job, running, noH)
 		}
+		pr.weight[j] = 1
+		if a0 := cfg.ServiceWeight; a0 > 0 {
+			pr.weight[j] = a0 / (a0 + job.AttainedService)
+		}
+		pr.weightSum += pr.weight[j]
 		pr.baseSum[j] = 0
 		for _, e := range pr.base.ent[pr.base.start[j]:] {
 			pr.baseSum[j] += spGPUs(e)

@@ -34,10 +34,13 @@ type polluxProblem struct {
 	// current allocation's GPUs.
 	growFactor []float64
 	baseSum    []int32
-	scale      float64 // d·#nodes = #nodes / total GPUs
-	p          float64 // power-mean exponent
-	avoid      bool    // interference avoidance
-	quirk      bool    // keep the artifact's interference quirk
+	// weight is each job's weight in the power mean, weightSum their sum.
+	weight    []float64
+	weightSum float64
+	scale     float64 // d·#nodes = #nodes / total GPUs
+	p         float64 // power-mean exponent
+	avoid     bool    // interference avoidance
+	quirk     bool    // keep the artifact's interference quirk
 
 	// GPU types (heterogeneous clusters): ntypes distinct Node.Type
 	// values, nodeType the index of each node's type, typeNodes the nodes
@@ -526,7 +529,9 @@ func spRaise(rng *rand.Rand, e *uint32, limit int32) {
 //
 //	S_j        = SPEEDUP_j(A_j)·d·#nodes, times the restart factor if row j
 //	             differs from the current allocation;
-//	FITNESS_p  = ((1/J)·Σ_j (S_j + 1e−3)^p)^(1/p);
+//	FITNESS_p  = ((1/J)·Σ_j (S_j + 1e−3)^p)^(1/p), or with
+//	             PolluxConfig.ServiceWeight the weighted power mean
+//	             ((Σ_j w_j·(S_j + 1e−3)^p)/Σ_j w_j)^(1/p);
 //	UTILITY    = Σ_j SPEEDUP_j(A_j) / (GPUs of the nodes in use).
 func (pr *polluxProblem) repairEval(rng *rand.Rand, s int32) (float64, float64, uint64) {
 	return pr.repairEvalWith(pr.workers[0], rng, s)
@@ -552,7 +557,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		next = r1
 		x.start[j] = w
 		if r0 == r1 {
-			acc += empty
+			acc += empty * pr.weight[j]
 			continue
 		}
 		row := x.ent[r0:r1]
@@ -628,7 +633,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 		}
 		if sum == 0 {
 			// SPEEDUP(0, 0) = 0, with or without a restart penalty.
-			acc += empty
+			acc += empty * pr.weight[j]
 			continue
 		}
 		hash += gaMix(rowHash)
@@ -646,10 +651,13 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 				scaled *= pr.factor[j]
 			}
 		}
-		acc += polluxPowerTerm(scaled+1e-3, pr.p)
+		acc += polluxPowerTerm(scaled+1e-3, pr.p) * pr.weight[j]
 	}
 	x.start[rows] = w
 	x.ent = x.ent[:w]
+	if pr.weightSum != float64(rows) {
+		acc *= float64(rows) / pr.weightSum
+	}
 	fitness := polluxPowerMean(acc, rows, pr.p)
 	var occupied int32
 	for n, c := range colsum {
