@@ -99,7 +99,8 @@ type PolluxConfig struct {
 	// them. 0 (the default) weighs all jobs alike, as Pollux. Measured on
 	// the eight artifact workloads (seed 1): A0 = 3600 s mean average JCT
 	// 2644 -> 2600 s but 1.86 -> 2.46 restarts per job and workload-1
-	// +4.4%; A0 = 14400 s 2619 s, 2.24 restarts (README, Quality).
+	// +4.4%; A0 = 14400 s 2619 s, 2.24 restarts (seeds 1-5: 2599 s
+	// against 2663 s, 2.21 restarts against 1.85; README, Quality).
 	ServiceWeight float64
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
