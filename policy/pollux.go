@@ -106,6 +106,16 @@ type PolluxConfig struct {
 	// average JCT 2401 → 1892 s); the default of one-type clusters stays
 	// as it was.
 	ExemptGrowth bool
+	// ServiceWeight, if positive, weighs each job's term of the power
+	// mean by A0/(A0 + its attained service), A0 = ServiceWeight
+	// GPU-seconds, so that jobs with little service (likely short, as in
+	// Tiresias' least-attained-service order) get GPUs first and more of
+	// them. 0 (the default) weighs all jobs alike, as Pollux. Measured on
+	// the eight artifact workloads (seed 1): A0 = 3600 s mean average JCT
+	// 2644 -> 2600 s but 1.86 -> 2.46 restarts per job and workload-1
+	// +4.4%; A0 = 14400 s 2619 s, 2.24 restarts (seeds 1-5: 2599 s
+	// against 2663 s, 2.21 restarts against 1.85; README, Quality).
+	ServiceWeight float64
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
 	// exempts it: a pending job pays its start-up delay whenever it
@@ -249,6 +259,9 @@ func (c PolluxConfig) Validate() error {
 	}
 	if math.IsNaN(c.AgeWeightPower) || math.IsInf(c.AgeWeightPower, 0) || c.AgeWeightPower < 0 {
 		errs = append(errs, fmt.Errorf("age weight power %v is not a finite non-negative number", c.AgeWeightPower))
+	}
+	if math.IsNaN(c.ServiceWeight) || math.IsInf(c.ServiceWeight, 0) || c.ServiceWeight < 0 {
+		errs = append(errs, fmt.Errorf("service weight %v GPU-seconds is not a finite non-negative number", c.ServiceWeight))
 	}
 	if c.GrowthLimit < 0 {
 		errs = append(errs, fmt.Errorf("growth limit %d is negative", c.GrowthLimit))
@@ -543,7 +556,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.p = cfg.FairnessP
 		cfg.AgeWeightScale, cfg.AgeWeightPower = cfg.typedTau, cfg.typedAlpha
 	}
-	pr.ageWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower)
+	pr.ageWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight)
 	pr.nodeType = gaGrow(pr.nodeType, cols)
 	pr.typeNodes = gaGrow(pr.typeNodes, nt)
 	for t := range pr.typeNodes {
@@ -683,18 +696,25 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	return fallbacks
 }
 
-// ageWeights sets pr.weight, job j's weight in the fitness
-// (τ/(τ + age))^a (PolluxConfig.AgeWeightScale), and their sum pr.wsum;
-// nil (every job weight 1) when tau is not positive.
-func (pr *polluxProblem) ageWeights(in Input, order []int, tau, a float64) {
-	if !(tau > 0) {
+// ageWeights sets pr.weight, job j's weight in the fitness: the age
+// weight (τ/(τ + age))^a (PolluxConfig.AgeWeightScale) times the service
+// weight A0/(A0 + attained service) (PolluxConfig.ServiceWeight), and
+// their sum pr.wsum; nil (every job weight 1) when neither is on.
+func (pr *polluxProblem) ageWeights(in Input, order []int, tau, a, a0 float64) {
+	if !(tau > 0) && !(a0 > 0) {
 		pr.weight = nil
 		return
 	}
 	pr.weight = gaGrow(pr.weight, len(order))
 	pr.wsum = 0
 	for j, ji := range order {
-		w := math.Pow(tau/(tau+max(in.Jobs[ji].Age, 0)), a)
+		w := 1.0
+		if tau > 0 {
+			w = math.Pow(tau/(tau+max(in.Jobs[ji].Age, 0)), a)
+		}
+		if a0 > 0 {
+			w *= a0 / (a0 + in.Jobs[ji].AttainedService)
+		}
 		pr.weight[j] = w
 		pr.wsum += w
 	}

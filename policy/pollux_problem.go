@@ -623,7 +623,9 @@ func spRaise(rng *rand.Rand, e *uint32, limit int32) {
 //
 //	S_j        = SPEEDUP_j(A_j)·d·#nodes, times the restart factor if row j
 //	             differs from the current allocation;
-//	FITNESS_p  = ((1/J)·Σ_j (S_j + 1e−3)^p)^(1/p);
+//	FITNESS_p  = ((1/J)·Σ_j (S_j + 1e−3)^p)^(1/p), or with
+//	             PolluxConfig.ServiceWeight the weighted power mean
+//	             ((Σ_j w_j·(S_j + 1e−3)^p)/Σ_j w_j)^(1/p);
 //	UTILITY    = Σ_j SPEEDUP_j(A_j) / (GPUs of the nodes in use).
 func (pr *polluxProblem) repairEval(rng *rand.Rand, s int32) (float64, float64, uint64) {
 	return pr.repairEvalWith(pr.workers[0], rng, s)

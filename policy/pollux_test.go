@@ -56,6 +56,7 @@ func TestPolluxConfigValidate(t *testing.T) {
 		"hysteresis off":                  {cfg: policy.PolluxConfig{RestartHysteresis: -1}},
 		"hysteresis of 1":                 {cfg: policy.PolluxConfig{RestartHysteresis: 1}, wantErr: []string{"restart hysteresis 1 is not below 1"}},
 		"NaN horizon":                     {cfg: policy.PolluxConfig{RestartHorizon: math.NaN()}, wantErr: []string{"restart horizon NaN"}},
+		"negative service weight":         {cfg: policy.PolluxConfig{ServiceWeight: -1}, wantErr: []string{"service weight -1"}},
 		"negative workers":                {cfg: policy.PolluxConfig{Workers: -1}, wantErr: []string{"workers -1"}},
 		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
 		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
@@ -282,6 +283,29 @@ func TestPolluxRestartPenalty(t *testing.T) {
 				t.Errorf("allocation (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestPolluxServiceWeight(t *testing.T) {
+	// One GPU, held by a job with a lot of attained service; a new job
+	// waits. Unweighted, swapping them leaves the fitness as it is, so the
+	// old job keeps the GPU; weighted by attained service, the new job
+	// counts more and takes it.
+	nodes := policytest.Nodes(1, 1)
+	jobs := policytest.Jobs(
+		policytest.Job("old").GPUs(1, 1).Goodput(policytest.Linear()).Age(1e5).Attained(1e5),
+		policytest.Job("new").GPUs(1, 1).Goodput(policytest.Linear()).Age(60).Submitted(1e5-60),
+	)
+	in := policy.Input{Now: 1e5, Jobs: jobs, Nodes: nodes, Current: policy.Allocations{"old": {"n00"}}}
+	for _, tc := range []struct {
+		weight float64
+		want   string
+	}{{0, "old"}, {3600, "new"}} {
+		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1, ServiceWeight: tc.weight}), in)
+		want := policy.Allocations{tc.want: {"n00"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("service weight %v: allocation (-want +got):\n%s", tc.weight, diff)
+		}
 	}
 }
 
