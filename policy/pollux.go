@@ -556,7 +556,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.p = cfg.FairnessP
 		cfg.AgeWeightScale, cfg.AgeWeightPower = cfg.typedTau, cfg.typedAlpha
 	}
-	pr.ageWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight)
+	pr.jobWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight)
 	pr.nodeType = gaGrow(pr.nodeType, cols)
 	pr.typeNodes = gaGrow(pr.typeNodes, nt)
 	for t := range pr.typeNodes {
@@ -696,11 +696,11 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	return fallbacks
 }
 
-// ageWeights sets pr.weight, job j's weight in the fitness: the age
+// jobWeights sets pr.weight, job j's weight in the fitness: the age
 // weight (τ/(τ + age))^a (PolluxConfig.AgeWeightScale) times the service
 // weight A0/(A0 + attained service) (PolluxConfig.ServiceWeight), and
 // their sum pr.wsum; nil (every job weight 1) when neither is on.
-func (pr *polluxProblem) ageWeights(in Input, order []int, tau, a, a0 float64) {
+func (pr *polluxProblem) jobWeights(in Input, order []int, tau, a, a0 float64) {
 	if !(tau > 0) && !(a0 > 0) {
 		pr.weight = nil
 		return

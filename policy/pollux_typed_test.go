@@ -80,18 +80,7 @@ func TestPolluxTypedPrefersFastType(t *testing.T) {
 // on a cluster of several GPU types and the one-type defaults elsewhere;
 // an operator's explicit values hold on both.
 func TestPolluxTypedDefaults(t *testing.T) {
-	decide := func(cfg policy.PolluxConfig, in policy.Input) string {
-		t.Helper()
-		p, err := policy.NewPollux(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := p.Optimize(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprint(out)
-	}
+	decide := func(cfg policy.PolluxConfig, in policy.Input) string { return decideOnce(t, cfg, in) }
 	typed := pt.TypedClusterInput(5, pt.SiaCluster(1), 40)
 	one := pt.ClusterInput(5, 16, 4, 40)
 	zero := policy.PolluxConfig{Seed: 2}
@@ -150,22 +139,26 @@ func TestPolluxTypedAgeWeights(t *testing.T) {
 		t.Errorf("with the typed age weights the a100s go to %q, want young", got)
 	}
 	one := pt.ClusterInput(5, 16, 4, 40)
-	decide := func(cfg policy.PolluxConfig) string {
-		t.Helper()
-		p, err := policy.NewPollux(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := p.Optimize(context.Background(), one)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprint(out)
-	}
+	decide := func(cfg policy.PolluxConfig) string { return decideOnce(t, cfg, one) }
 	if a, b := decide(policy.PolluxConfig{Seed: 2}), decide(policy.PolluxConfig{Seed: 2, AgeWeightScale: -1}); a != b {
 		t.Errorf("one-type cluster: the zero config weighs jobs by age:\n%s\nwant unweighted:\n%s", a, b)
 	}
 	if a, b := decide(policy.PolluxConfig{Seed: 2}), decide(policy.PolluxConfig{Seed: 2, AgeWeightScale: 600}); a == b {
 		t.Errorf("one-type cluster: explicit age weights decide the same (%s): the test cannot tell them apart", a)
 	}
+}
+
+// decideOnce returns, as text, the allocation a fresh Pollux policy with
+// cfg decides for in.
+func decideOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string {
+	t.Helper()
+	p, err := policy.NewPollux(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Optimize(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(out)
 }
