@@ -116,14 +116,7 @@ func TestPolluxTypedAgeWeights(t *testing.T) {
 	}}
 	onA100 := func(cfg policy.PolluxConfig) string {
 		t.Helper()
-		p, err := policy.NewPollux(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := p.Optimize(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := optimizeOnce(t, cfg, in)
 		for id, a := range out {
 			if len(a) == 4 && a[0] == "a100-00" {
 				return id
@@ -152,6 +145,13 @@ func TestPolluxTypedAgeWeights(t *testing.T) {
 // cfg decides for in.
 func decideOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string {
 	t.Helper()
+	return fmt.Sprint(optimizeOnce(t, cfg, in))
+}
+
+// optimizeOnce returns the allocation a fresh Pollux policy with cfg
+// decides for in.
+func optimizeOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) policy.Allocations {
+	t.Helper()
 	p, err := policy.NewPollux(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -160,5 +160,5 @@ func decideOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprint(out)
+	return out
 }
