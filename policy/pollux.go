@@ -45,6 +45,14 @@ const (
 	// a scale of 1800 s was worse (README, "Age weights").
 	PolluxTypedAgeScale = 3600.0
 	PolluxTypedAgePower = 1.0
+	// PolluxDefaultStallGenerations and PolluxStallMaxGPUs are the
+	// size-aware default of StallGenerations. Measured on the artifact's
+	// 64-GPU cluster: a warm round 24-30 ms -> 13 ms; the eight artifact
+	// workloads' mean average JCT over seeds 1-5 2663 -> 2665 s (+0.08%),
+	// each of five held-out generated workloads 0.0-2.0% faster; on 1024
+	// GPUs (640 jobs) 1621 -> 1677 s, hence the bound (README, Quality).
+	PolluxDefaultStallGenerations = 20
+	PolluxStallMaxGPUs            = 64
 	// PolluxDefaultMaxNodesPerJob is the artifact's max_nodes = 16.
 	PolluxDefaultMaxNodesPerJob = 16
 	// polluxMaxNodeGPUs bounds a node's GPUs: a state entry stores 8 bits.
@@ -71,7 +79,12 @@ type PolluxConfig struct {
 	Generations int
 	// StallGenerations, if > 0, ends a round's search early once the
 	// first Pareto front has not changed for that many generations in a
-	// row (0: always run Generations).
+	// row; a negative value always runs Generations. 0 means the
+	// size-aware default: PolluxDefaultStallGenerations (20) on a cluster
+	// of one GPU type with at most PolluxStallMaxGPUs (64) GPUs, where it
+	// halves the round's time with the same decisions' quality, and every
+	// generation elsewhere (at 1024 GPUs a 20-generation pause is not
+	// convergence: average JCT +3.5%; several GPU types not measured).
 	StallGenerations int
 	// Seed seeds the random source. Round r (the r-th call of Optimize)
 	// draws from PCG(Seed, r), so the same seed and the same sequence of
@@ -233,9 +246,6 @@ func (c PolluxConfig) Validate() error {
 	if c.Generations < 0 {
 		errs = append(errs, fmt.Errorf("generations %d is negative", c.Generations))
 	}
-	if c.StallGenerations < 0 {
-		errs = append(errs, fmt.Errorf("stall generations %d is negative", c.StallGenerations))
-	}
 	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > polluxMaxAbsP {
 		errs = append(errs, fmt.Errorf("fairness p %v is not in [-%d, %d]", c.FairnessP, polluxMaxAbsP, polluxMaxAbsP))
 	}
@@ -392,7 +402,7 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		crossProb:   0.9,
 		maxMatings:  100,
 		rows:        pr.rows,
-		stall:       p.cfg.StallGenerations,
+		stall:       p.stallGenerations(pr.typed, total),
 	}, pr, nSeeds)
 	res := e.run(ctx, rng, nSeeds)
 	p.stats.Generations = res.generations
@@ -927,4 +937,19 @@ func (p *PolluxPolicy) saveStates(in Input, order []int) {
 			p.prevCount++
 		}
 	}
+}
+
+// stallGenerations is the stall rule of a round on a cluster of total
+// GPUs (typed: several GPU types): the configured StallGenerations, or,
+// if it is 0, the size-aware default; 0 runs every generation.
+func (p *PolluxPolicy) stallGenerations(typed bool, total int) int {
+	switch s := p.cfg.StallGenerations; {
+	case s < 0:
+		return 0
+	case s > 0:
+		return s
+	case !typed && total <= PolluxStallMaxGPUs:
+		return PolluxDefaultStallGenerations
+	}
+	return 0
 }

@@ -49,20 +49,23 @@ func polluxDigest(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string
 // search faster (parallel evaluation, cheaper bookkeeping) is shown not to
 // change what it decides. The digests were recorded before the speed-ups
 // of the 64-GPU round; a change that alters the search on purpose must
-// record new ones and say why.
+// record new ones and say why. The 64-GPU cases run every generation
+// (StallGenerations -1, as when they were recorded); "default stall rule"
+// was recorded when the size-aware stall became the default.
 func TestPolluxGoldenDecisions(t *testing.T) {
 	tests := map[string]struct {
 		cfg  policy.PolluxConfig
 		in   policy.Input
 		want string
 	}{
-		"64 GPUs, 30 jobs": {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
-		"64 GPUs, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 60 jobs, 2 workers": {cfg: policy.PolluxConfig{Seed: 1, Workers: 2},
+		"64 GPUs, 30 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
+		"64 GPUs, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
+		"64 GPUs, 60 jobs, 2 workers": {cfg: policy.PolluxConfig{Seed: 1, Workers: 2, StallGenerations: -1},
 			in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
+		"64 GPUs, 45 jobs, default stall rule": {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
 		"256 GPUs, 180 jobs, short search": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20},
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "eb9b2ce503f67399"},
-		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
+		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "bf2dbf4bcf209bb6"},
 		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "f6a909324967d284"},

@@ -635,37 +635,42 @@ func TestPolluxKeepsRestoringJob(t *testing.T) {
 }
 
 // TestPolluxStallGenerations: with StallGenerations a warm round ends
-// once the first front stops changing, well before Generations; without
-// it every generation runs. Either way the allocation is feasible.
+// once the first front stops changing, well before Generations; with a
+// negative one every generation runs; 0 stalls on a one-type cluster of
+// at most 64 GPUs and runs every generation on a larger one. Either way
+// the allocation is feasible.
 func TestPolluxStallGenerations(t *testing.T) {
-	in := policytest.ClusterInput(1, 16, 4, 45)
+	small := policytest.ClusterInput(1, 16, 4, 45)
+	large := policytest.ClusterInput(1, 32, 4, 90)
 	for _, tc := range []struct {
-		stall   int
-		fewer   bool
-		wantErr bool
-	}{{0, false, false}, {10, true, false}, {-1, false, true}} {
+		name  string
+		stall int
+		in    policy.Input
+		fewer bool
+	}{
+		{"default, 64 GPUs", 0, small, true},
+		{"default, 128 GPUs", 0, large, false},
+		{"10, 64 GPUs", 10, small, true},
+		{"10, 128 GPUs", 10, large, true},
+		{"off, 64 GPUs", -1, small, false},
+	} {
 		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1, StallGenerations: tc.stall})
-		if tc.wantErr {
-			if err == nil {
-				t.Errorf("stall %d accepted", tc.stall)
-			}
-			continue
-		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 3 { // warm: seeded by the previous round's front
-			out, err := p.Optimize(context.Background(), in)
+		gens := 100 // fewest over warm rounds, seeded by the previous front
+		for range 6 {
+			out, err := p.Optimize(context.Background(), tc.in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := policytest.Check(in, out, policytest.CheckOptions{}); err != nil {
-				t.Fatalf("stall %d: %v", tc.stall, err)
+			if err := policytest.Check(tc.in, out, policytest.CheckOptions{}); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
 			}
+			gens = min(gens, p.LastStats().Generations)
 		}
-		gens := p.LastStats().Generations
 		if tc.fewer != (gens < 100) {
-			t.Errorf("stall %d: %d generations run", tc.stall, gens)
+			t.Errorf("%s: %d generations run", tc.name, gens)
 		}
 	}
 }

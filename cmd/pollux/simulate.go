@@ -33,7 +33,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		interval     = fs.Duration("interval", 60*time.Second, "scheduling interval")
 		restartDelay = fs.Duration("restart-delay", 0, "restart (checkpoint-restore) delay of every job (default: the rules' own: 30 s, or Sia's per-application delays)")
 		seed         = fs.Int64("seed", 1, "random seed of the Pollux genetic algorithm")
-		stall        = fs.Int("ga-stall", 0, "end a Pollux round's search once the first front has not changed for this many generations (0: all generations)")
+		stall        = fs.Int("ga-stall", 0, "end a Pollux round's search once the first front has not changed for this many generations (0: the size-aware default, 20 on one GPU type with at most 64 GPUs; -1: all generations)")
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
 		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
 	)
