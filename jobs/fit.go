@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract"
@@ -19,6 +22,7 @@ import (
 func (c *Controller) fitJobs(ctx context.Context, r *round) {
 	// c.tree is the listing Round read alongside the snapshot.
 	defer func() { c.tree = nil }()
+	pre := c.prefit(r)
 	scheduled := r.entries[:0]
 	for _, e := range r.entries {
 		s, err := c.loadState(ctx, e.job.JobRef)
@@ -32,7 +36,7 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 		if r.cfg.typed() {
 			e.gpuType = cmp.Or(typeOfPlacement(e.job.Running, r.nodeType), typeOfPlacement(e.job.Placement, r.nodeType), s.GPUType)
 		}
-		c.refit(ctx, r, e)
+		c.refit(ctx, r, e, pre[e.job.JobRef])
 		if c.dirty {
 			c.deferState(e.job.JobRef, e.state)
 		}
@@ -139,7 +143,69 @@ func (c *Controller) commit(s *State, alloc []string, d *Decision, index uint64,
 
 // refit reads the job's metrics document and refits the model when the
 // document is new. A bad document keeps the previous fit.
-func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
+// The refit of a job whose metrics document is new, computed by prefit.
+type prefitted struct {
+	index    uint64
+	doc      *contract.Metrics
+	parseErr error
+	fitted   bool
+	points   []model.ProfilePoint
+	perf     model.PerfParams
+	fitErr   error
+}
+
+// fitWorkers bounds the goroutines fitting models in a round.
+var fitWorkers = min(runtime.GOMAXPROCS(0), 8)
+
+// prefit parses and fits, on all cores, the new metrics documents of the
+// round's listing (models of one GPU type; fitting dominates a round's
+// CPU when thousands of workers report). It computes; refit applies.
+func (c *Controller) prefit(r *round) map[JobRef]*prefitted {
+	if c.tree == nil || c.kvErr != nil || r.cfg.typed() || fitWorkers < 2 {
+		return nil
+	}
+	var todo []*prefitted
+	refs := map[JobRef]*prefitted{}
+	for _, e := range r.entries {
+		ref := e.job.JobRef
+		kv, ok := c.tree[metricsKey(ref)]
+		if !ok {
+			continue
+		}
+		if s, ok := c.states[ref]; ok && s.MetricsIndex == kv.ModifyIndex {
+			continue
+		} else if _, saved := c.tree[stateKey(ref)]; !ok && saved {
+			continue // a new leader's: refit sees whether it is new
+		}
+		p := &prefitted{index: kv.ModifyIndex}
+		p.doc, p.parseErr = contract.ParseMetrics(kv.Value)
+		refs[ref] = p
+		if p.parseErr == nil {
+			todo = append(todo, p)
+		}
+	}
+	if len(todo) < 2*fitWorkers {
+		return nil // not worth the goroutines; refit does it
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range fitWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
+				p := todo[i]
+				p.points = metrics.ProfilePoints(p.doc)
+				p.perf, p.fitErr = model.FitPerfParams(p.points)
+				p.fitted = true
+			}
+		}()
+	}
+	wg.Wait()
+	return refs
+}
+
+func (c *Controller) refit(ctx context.Context, r *round, e *entry, pre *prefitted) {
 	ref := e.job.JobRef
 	raw, idx, err := c.get(ctx, metricsKey(ref))
 	switch {
@@ -148,7 +214,16 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 		c.log.Debug("failed to read metrics; keeping the previous model", "job_id", ref.String(), "error", err)
 		c.metrics.incError("read_metrics")
 	case idx != e.state.MetricsIndex:
-		doc, perr := contract.ParseMetrics(raw)
+		if pre != nil && pre.index != idx {
+			pre = nil
+		}
+		var doc *contract.Metrics
+		var perr error
+		if pre != nil {
+			doc, perr = pre.doc, pre.parseErr
+		} else {
+			doc, perr = contract.ParseMetrics(raw)
+		}
 		if perr == nil {
 			c.observeRestart(ref, e.state, doc)
 		}
@@ -157,8 +232,13 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry) {
 		} else if perr == nil {
 			e.state.Typed = nil
 			var perf model.PerfParams
-			points := metrics.ProfilePoints(doc)
-			perf, perr = model.FitPerfParams(points)
+			var points []model.ProfilePoint
+			if pre != nil && pre.fitted {
+				points, perf, perr = pre.points, pre.perf, pre.fitErr
+			} else {
+				points = metrics.ProfilePoints(doc)
+				perf, perr = model.FitPerfParams(points)
+			}
 			if perr == nil {
 				// A fit the state parser would refuse (extreme but finite
 				// timings) must not be saved: the next leader would drop

@@ -57,6 +57,10 @@ const (
 	PolluxDefaultMaxNodesPerJob = 16
 	// polluxMaxNodeGPUs bounds a node's GPUs: a state entry stores 8 bits.
 	polluxMaxNodeGPUs = 255
+	// polluxTieTolerance is the relative difference of fitness below
+	// which two solutions are taken as equal when the round's result is
+	// chosen (then the one with fewer changes wins).
+	polluxTieTolerance = 1e-9
 	// polluxMaxAbsP bounds |p| so that (1e−3)^p stays finite.
 	polluxMaxAbsP = 100
 	// polluxParallelMinJobs is the fewest jobs for which offspring are
@@ -129,6 +133,11 @@ type PolluxConfig struct {
 	// +4.4%; A0 = 14400 s 2619 s, 2.24 restarts (seeds 1-5: 2599 s
 	// against 2663 s, 2.21 restarts against 1.85; README, Quality).
 	ServiceWeight float64
+	// ServiceWeightSteps rounds the attained service in ServiceWeight's
+	// weight down to A0/8 times a power of two (0 below A0/8), so that a
+	// job's weight changes only when its service doubles and the optimum
+	// does not drift (and restart jobs) round after round.
+	ServiceWeightSteps bool
 	// PenalizeStarts applies the restart factor also to a job that holds
 	// no GPUs and would start, as the artifact does. The default (false)
 	// exempts it: a pending job pays its start-up delay whenever it
@@ -412,6 +421,12 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 
 	// The artifact picks the solution of the first front with the best
 	// FITNESS (np.argmin of −FITNESS; the first one on ties).
+	// Among solutions whose fitness equals the best one's (to
+	// polluxTieTolerance), the one that changes the fewest jobs' current
+	// allocations: with more equal jobs than GPUs, swapping a running job
+	// for a waiting one leaves the fitness as it is, and without this the
+	// search would preempt running jobs for their equals round after
+	// round (each a restart).
 	best := int32(-1)
 	front := 0
 	for _, s := range e.pop {
@@ -421,6 +436,29 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		front++
 		if best < 0 || e.f0[s] < e.f0[best] {
 			best = s
+		}
+	}
+	{
+		tol := polluxTieTolerance * math.Abs(e.f0[best])
+		fewest := pr.changes(&pr.states[best])
+		for _, s := range e.pop {
+			if e.rank[s] != 0 || s == best || e.f0[s] > e.f0[best]+tol {
+				continue
+			}
+			if n := pr.changes(&pr.states[s]); n < fewest {
+				best, fewest = s, n
+			}
+		}
+		// The current allocation itself may have left the population
+		// (many equal solutions crowd each other out of the front).
+		if fewest > 0 {
+			b := e.alloc()
+			pr.states[b].copyFrom(&pr.base)
+			f0, f1, _ := pr.repairEval(rng, b)
+			if f0 <= e.f0[best]+tol && pr.changes(&pr.states[b]) < fewest {
+				e.f0[b], e.f1[b] = f0, f1
+				best = b
+			}
 		}
 	}
 	p.stats.FrontSize = front
@@ -566,7 +604,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 		pr.p = cfg.FairnessP
 		cfg.AgeWeightScale, cfg.AgeWeightPower = cfg.typedTau, cfg.typedAlpha
 	}
-	pr.jobWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight)
+	pr.jobWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight, cfg.ServiceWeightSteps)
 	pr.nodeType = gaGrow(pr.nodeType, cols)
 	pr.typeNodes = gaGrow(pr.typeNodes, nt)
 	for t := range pr.typeNodes {
@@ -710,7 +748,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 // weight (τ/(τ + age))^a (PolluxConfig.AgeWeightScale) times the service
 // weight A0/(A0 + attained service) (PolluxConfig.ServiceWeight), and
 // their sum pr.wsum; nil (every job weight 1) when neither is on.
-func (pr *polluxProblem) jobWeights(in Input, order []int, tau, a, a0 float64) {
+func (pr *polluxProblem) jobWeights(in Input, order []int, tau, a, a0 float64, steps bool) {
 	if !(tau > 0) && !(a0 > 0) {
 		pr.weight = nil
 		return
@@ -723,11 +761,24 @@ func (pr *polluxProblem) jobWeights(in Input, order []int, tau, a, a0 float64) {
 			w = math.Pow(tau/(tau+max(in.Jobs[ji].Age, 0)), a)
 		}
 		if a0 > 0 {
-			w *= a0 / (a0 + in.Jobs[ji].AttainedService)
+			w *= a0 / (a0 + serviceStep(in.Jobs[ji].AttainedService, a0, steps))
 		}
 		pr.weight[j] = w
 		pr.wsum += w
 	}
+}
+
+// serviceStep is the attained service s the service weight uses: s, or
+// with steps s rounded down to a0/8 times a power of two (0 below a0/8).
+func serviceStep(s, a0 float64, steps bool) float64 {
+	if !steps {
+		return s
+	}
+	unit := a0 / 8
+	if !(s >= unit) {
+		return 0
+	}
+	return unit * math.Exp2(math.Floor(math.Log2(s/unit)))
 }
 
 // polluxTypedBase sets job j's models per GPU type and its speedup base on

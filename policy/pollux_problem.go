@@ -180,6 +180,18 @@ func spEntry(n, v int32) uint32 { return uint32(n)<<8 | uint32(v) }
 // row returns row j's entries.
 func (s *spState) row(j int) []uint32 { return s.ent[s.start[j]:s.start[j+1]] }
 
+// changes counts the jobs whose row in x differs from the current
+// allocation's.
+func (pr *polluxProblem) changes(x *spState) int {
+	n := 0
+	for j := range pr.rows {
+		if !slices.Equal(x.row(j), pr.base.row(j)) {
+			n++
+		}
+	}
+	return n
+}
+
 // copyFrom makes s a copy of o.
 func (s *spState) copyFrom(o *spState) {
 	s.start = append(s.start[:0], o.start...)

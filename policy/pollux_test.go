@@ -674,3 +674,30 @@ func TestPolluxStallGenerations(t *testing.T) {
 		}
 	}
 }
+
+// TestPolluxNoSwapsAmongEquals: on a cluster with many more identical
+// one-GPU jobs than GPUs, swapping a running job for a waiting one gains
+// nothing (the fitness is the same), so the policy must keep the running
+// jobs where they are round after round rather than preempt them for
+// equals (each swap is a restart on Nomad).
+func TestPolluxNoSwapsAmongEquals(t *testing.T) {
+	in := policy.Input{Now: 1e5, Nodes: policytest.Nodes(2, 4), Current: policy.Allocations{}}
+	for i := range 60 {
+		j := policy.Job{ID: fmt.Sprintf("job-%02d", i), Submitted: 0, Age: 1e5, MaxReplicas: 1,
+			Goodput: policytest.Synthetic{Serial: 0.05, Parallel: 1, Comm: 0.01, NodeComm: 0.02}}
+		in.Jobs = append(in.Jobs, j)
+	}
+	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	in.Current = optimize(t, p, in)
+	if len(in.Current) != 8 {
+		t.Fatalf("first round: %d jobs got GPUs, want 8: %v", len(in.Current), in.Current)
+	}
+	for round := 2; round <= 8; round++ {
+		in.Now += 60
+		out := optimize(t, p, in)
+		if diff := cmp.Diff(in.Current, out); diff != "" {
+			t.Fatalf("round %d moved jobs among equals (-before +after):\n%s", round, diff)
+		}
+		in.Current = out
+	}
+}
