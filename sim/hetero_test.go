@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -27,8 +28,10 @@ type heteroVariant struct {
 // and on the homogeneous t4:16x4 (sia-philly-1..8), and logs per workload
 // the average and p99 JCT, restarts per job, makespan and GPU-hours per
 // job (`make hetero` prints the tables). HETERO_WORKLOADS (a
-// comma-separated list) restricts the workloads; HETERO_KNOBS=1 adds the
-// pollux variants with Sia's restrictions (whole nodes, 2x growth).
+// comma-separated list) restricts the workloads and HETERO_TABLES (of
+// 1, 2, 3: the tables in the order above) the tables; HETERO_KNOBS=1 adds
+// the pollux variants with Sia's restrictions (whole nodes, 2x growth),
+// HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON).
 // It runs only with POLLUX_HETERO=1 (`make hetero` sets it), so that
 // `make test` stays within CI's time: about 36 simulations of ~30-60 s
 // each on a loaded two-core machine.
@@ -49,6 +52,13 @@ func TestHetero(t *testing.T) {
 	if os.Getenv("HETERO_MOVE") == "1" {
 		variants = append(variants,
 			heteroVariant{label: "pollux-move.1", name: "pollux", pollux: policy.PolluxConfig{TypeMoveProbability: 0.1}})
+	}
+	if js := os.Getenv("HETERO_CONFIG"); js != "" {
+		var cfg policy.PolluxConfig
+		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+			t.Fatalf("HETERO_CONFIG: %v", err)
+		}
+		variants = append(variants, heteroVariant{label: "pollux-cfg", name: "pollux", pollux: cfg})
 	}
 	var philly, helios []string
 	for i := 1; i <= 8; i++ {
@@ -74,7 +84,10 @@ func TestHetero(t *testing.T) {
 		cluster   string
 		workloads []string
 	}{{hetero, philly}, {hetero, helios}, {"t4:16x4", philly}}
-	for _, tb := range tables {
+	for ti, tb := range tables {
+		if only := os.Getenv("HETERO_TABLES"); only != "" && !strings.Contains(","+only+",", fmt.Sprintf(",%d,", ti+1)) {
+			continue
+		}
 		if len(tb.workloads) == 0 {
 			continue
 		}
