@@ -53,7 +53,8 @@ func polluxDigest(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string
 // (StallGenerations -1, as when they were recorded); "default stall rule"
 // was recorded when the size-aware stall became the default. "messy
 // input" was re-recorded when ties of fitness went to the solution
-// changing the fewest jobs (its flat models tie).
+// changing the fewest jobs (its flat models tie), "256 GPUs" when growth
+// became exempt from the hysteresis on one-type clusters above 64 GPUs.
 func TestPolluxGoldenDecisions(t *testing.T) {
 	tests := map[string]struct {
 		cfg  policy.PolluxConfig
@@ -66,7 +67,7 @@ func TestPolluxGoldenDecisions(t *testing.T) {
 			in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
 		"64 GPUs, 45 jobs, default stall rule": {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
 		"256 GPUs, 180 jobs, short search": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20},
-			in: policytest.ClusterInput(2, 64, 4, 180), want: "eb9b2ce503f67399"},
+			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
 		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "8fa22bf70b8044e9"},
 		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},

@@ -701,3 +701,26 @@ func TestPolluxNoSwapsAmongEquals(t *testing.T) {
 		in.Current = out
 	}
 }
+
+// TestPolluxGrowthExemptOnLargeClusters: a running job whose growth
+// would gain less than the restart hysteresis asks (1/(1 − 0.3)) stays
+// as it is on a one-type cluster of 64 GPUs, and grows on one of 128
+// GPUs, where growth is exempt by default (and on 64 with ExemptGrowth).
+func TestPolluxGrowthExemptOnLargeClusters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		nodes  int
+		exempt bool
+		grows  bool
+	}{{"64 GPUs", 16, false, false}, {"128 GPUs", 32, false, true}, {"64 GPUs, ExemptGrowth", 16, true, true}} {
+		in := policy.Input{Now: 1e5, Nodes: policytest.Nodes(tc.nodes, 4), Current: policy.Allocations{"job": {"n00"}}}
+		// Goodput on 1, 2, 4 GPUs: 1, 1.18, 1.29.
+		in.Jobs = []policy.Job{{ID: "job", Age: 1e5, MaxReplicas: 4, NumRestarts: 1,
+			Goodput: policytest.Synthetic{Serial: 0.7, Parallel: 0.3}}}
+		p := newPollux(t, policy.PolluxConfig{Seed: 1, ExemptGrowth: tc.exempt})
+		out := optimize(t, p, in)
+		if got := len(out["job"]) > 1; got != tc.grows {
+			t.Errorf("%s: allocation %v, want growth %v", tc.name, out["job"], tc.grows)
+		}
+	}
+}
