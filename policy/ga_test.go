@@ -137,7 +137,7 @@ func checkState(pr *polluxProblem, x []uint8) error {
 // naiveObjectives evaluates a repaired state straight from the artifact's
 // formulas (pollux.py _evaluate, get_cluster_utilities).
 func naiveObjectives(pr *polluxProblem, x []uint8) (float64, float64) {
-	var sumP, util float64
+	var sumP, util, wsum float64
 	colsum := make([]int, pr.cols)
 	for j := range pr.rows {
 		row := x[j*pr.cols : (j+1)*pr.cols]
@@ -155,12 +155,21 @@ func naiveObjectives(pr *polluxProblem, x []uint8) (float64, float64) {
 		}
 		util += s
 		scaled := s * pr.scale
-		if !slices.Equal(row, denseBase(pr)[j*pr.cols:(j+1)*pr.cols]) {
-			scaled *= pr.factor[j]
+		if base := denseBase(pr)[j*pr.cols : (j+1)*pr.cols]; !slices.Equal(row, base) {
+			held := 0
+			for _, v := range base {
+				held += int(v)
+			}
+			if k > held {
+				scaled *= pr.growFactor[j]
+			} else {
+				scaled *= pr.factor[j]
+			}
 		}
-		sumP += math.Pow(scaled+1e-3, pr.p)
+		sumP += pr.w(j) * math.Pow(scaled+1e-3, pr.p)
+		wsum += pr.w(j)
 	}
-	fit := math.Pow(sumP/float64(pr.rows), 1/pr.p)
+	fit := math.Pow(sumP/wsum, 1/pr.p)
 	occ := 0
 	for n, c := range colsum {
 		if c > 0 {

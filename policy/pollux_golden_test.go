@@ -61,18 +61,21 @@ func TestPolluxGoldenDecisions(t *testing.T) {
 		in   policy.Input
 		want string
 	}{
-		"64 GPUs, 30 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
-		"64 GPUs, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 60 jobs, 2 workers": {cfg: policy.PolluxConfig{Seed: 1, Workers: 2, StallGenerations: -1},
+		"64 GPUs, 30 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
+		"64 GPUs, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
+		"64 GPUs, 60 jobs, 2 workers": {cfg: policy.PolluxConfig{Seed: 1, Workers: 2, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3},
 			in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 45 jobs, default stall rule": {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
-		"256 GPUs, 180 jobs, short search": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20},
+		"64 GPUs, 45 jobs, default stall rule": {cfg: policy.PolluxConfig{Seed: 1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
+		"64 GPUs, 45 jobs, defaults":           {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "15341a4a138c2a2a"},
+		"256 GPUs, 180 jobs, short search": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20, RestartHysteresis: 0.3, ServiceWeight: -1},
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
-		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
+		"256 GPUs, 180 jobs, short search, defaults (those of large clusters)": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20},
+			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
+		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "8fa22bf70b8044e9"},
 		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "f6a909324967d284"},
-		"whole nodes, growth limit": {cfg: policy.PolluxConfig{Seed: 2, WholeNodes: true, GrowthLimit: 2, ExemptGrowth: true, Population: 40, Generations: 30},
+		"whole nodes, growth limit": {cfg: policy.PolluxConfig{Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
 			in: policytest.ClusterInput(3, 16, 4, 40), want: "d16fb4a124bb55d6"},
 	}
 	if runtime.GOARCH != "amd64" {

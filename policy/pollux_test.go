@@ -56,7 +56,8 @@ func TestPolluxConfigValidate(t *testing.T) {
 		"hysteresis off":                  {cfg: policy.PolluxConfig{RestartHysteresis: -1}},
 		"hysteresis of 1":                 {cfg: policy.PolluxConfig{RestartHysteresis: 1}, wantErr: []string{"restart hysteresis 1 is not below 1"}},
 		"NaN horizon":                     {cfg: policy.PolluxConfig{RestartHorizon: math.NaN()}, wantErr: []string{"restart horizon NaN"}},
-		"negative service weight":         {cfg: policy.PolluxConfig{ServiceWeight: -1}, wantErr: []string{"service weight -1"}},
+		"service weight NaN":              {cfg: policy.PolluxConfig{ServiceWeight: math.NaN()}, wantErr: []string{"service weight NaN"}},
+		"growth hysteresis of 1":          {cfg: policy.PolluxConfig{GrowthHysteresis: 1}, wantErr: []string{"growth hysteresis 1 is not below 1"}},
 		"negative workers":                {cfg: policy.PolluxConfig{Workers: -1}, wantErr: []string{"workers -1"}},
 		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
 		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
@@ -264,20 +265,22 @@ func TestPolluxRestartPenalty(t *testing.T) {
 		restarts   int
 		model      policy.GoodputModel
 		hysteresis float64
-		growth     bool // ExemptGrowth
+		growth     float64 // GrowthHysteresis
 		want       policy.Allocations
 	}{
-		"artifact: young job keeps its GPUs":     {age: 90, restarts: 1, model: slow, hysteresis: -1, want: two},
-		"artifact: old job grows":                {age: 1e6, restarts: 1, model: slow, hysteresis: -1, want: four},
-		"default: old job keeps its GPUs for 5%": {age: 1e6, restarts: 1, model: slow, want: two},
-		"default: old job grows for 1.9x":        {age: 1e6, restarts: 1, model: fast, want: four},
-		"hysteresis 0.01: old job grows for 5%":  {age: 1e6, restarts: 1, model: slow, hysteresis: 0.01, want: four},
-		"default: young restarted job stays put": {age: 90, restarts: 1, model: fast, want: two},
+		"artifact: young job keeps its GPUs":                             {age: 90, restarts: 1, model: slow, hysteresis: -1, growth: -1, want: two},
+		"artifact: old job grows":                                        {age: 1e6, restarts: 1, model: slow, hysteresis: -1, growth: -1, want: four},
+		"default: old job keeps its GPUs for 5%":                         {age: 1e6, restarts: 1, model: slow, want: two},
+		"default: old job grows for 1.9x":                                {age: 1e6, restarts: 1, model: fast, want: four},
+		"growth hysteresis 0.01: old job grows for 5%":                   {age: 1e6, restarts: 1, model: slow, growth: 0.01, want: four},
+		"hysteresis 0.01 on shrinks only: old job keeps its GPUs for 5%": {age: 1e6, restarts: 1, model: slow, hysteresis: 0.01, want: two},
+		"growth exempt: old job grows for 5%":                            {age: 1e6, restarts: 1, model: slow, growth: -1, want: four},
+		"default: young restarted job stays put":                         {age: 90, restarts: 1, model: fast, want: two},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			jobs := policytest.Jobs(policytest.Job("j").GPUs(1, 4).Goodput(tc.model).Age(tc.age).Restarts(tc.restarts))
-			p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: tc.hysteresis, ExemptGrowth: tc.growth})
+			p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: tc.hysteresis, GrowthHysteresis: tc.growth})
 			got := optimize(t, p, policy.Input{Now: tc.age, Jobs: jobs, Nodes: nodes, Current: current})
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("allocation (-want +got):\n%s", diff)
@@ -289,8 +292,8 @@ func TestPolluxRestartPenalty(t *testing.T) {
 func TestPolluxServiceWeight(t *testing.T) {
 	// One GPU, held by a job with a lot of attained service; a new job
 	// waits. Unweighted, swapping them leaves the fitness as it is, so the
-	// old job keeps the GPU; weighted by attained service, the new job
-	// counts more and takes it.
+	// old job keeps the GPU; weighted by attained service (the default on
+	// one GPU type), the new job counts more and takes it.
 	nodes := policytest.Nodes(1, 1)
 	jobs := policytest.Jobs(
 		policytest.Job("old").GPUs(1, 1).Goodput(policytest.Linear()).Age(1e5).Attained(1e5),
@@ -300,7 +303,7 @@ func TestPolluxServiceWeight(t *testing.T) {
 	for _, tc := range []struct {
 		weight float64
 		want   string
-	}{{0, "old"}, {3600, "new"}} {
+	}{{-1, "old"}, {0, "new"}, {3600, "new"}} {
 		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1, ServiceWeight: tc.weight}), in)
 		want := policy.Allocations{tc.want: {"n00"}}
 		if diff := cmp.Diff(want, got); diff != "" {
@@ -703,21 +706,22 @@ func TestPolluxNoSwapsAmongEquals(t *testing.T) {
 }
 
 // TestPolluxGrowthExemptOnLargeClusters: a running job whose growth
-// would gain less than the restart hysteresis asks (1/(1 − 0.3)) stays
+// would gain less than the growth hysteresis asks (1/(1 − 0.35)) stays
 // as it is on a one-type cluster of 64 GPUs, and grows on one of 128
-// GPUs, where growth is exempt by default (and on 64 with ExemptGrowth).
+// GPUs, where growth is exempt by default (and on 64 with a negative
+// GrowthHysteresis).
 func TestPolluxGrowthExemptOnLargeClusters(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		nodes  int
 		exempt bool
 		grows  bool
-	}{{"64 GPUs", 16, false, false}, {"128 GPUs", 32, false, true}, {"64 GPUs, ExemptGrowth", 16, true, true}} {
+	}{{"64 GPUs", 16, false, false}, {"128 GPUs", 32, false, true}, {"64 GPUs, GrowthHysteresis -1", 16, true, true}} {
 		in := policy.Input{Now: 1e5, Nodes: policytest.Nodes(tc.nodes, 4), Current: policy.Allocations{"job": {"n00"}}}
 		// Goodput on 1, 2, 4 GPUs: 1, 1.18, 1.29.
 		in.Jobs = []policy.Job{{ID: "job", Age: 1e5, MaxReplicas: 4, NumRestarts: 1,
 			Goodput: policytest.Synthetic{Serial: 0.7, Parallel: 0.3}}}
-		p := newPollux(t, policy.PolluxConfig{Seed: 1, ExemptGrowth: tc.exempt})
+		p := newPollux(t, policy.PolluxConfig{Seed: 1, GrowthHysteresis: map[bool]float64{true: -1}[tc.exempt]})
 		out := optimize(t, p, in)
 		if got := len(out["job"]) > 1; got != tc.grows {
 			t.Errorf("%s: allocation %v, want growth %v", tc.name, out["job"], tc.grows)
