@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,7 +29,9 @@ import (
 // POLLUX_EVAL_CONFIG a policy.PolluxConfig as JSON (Seed is overridden),
 // POLLUX_EVAL_APP_RESTART per-application restart delays
 // ("imagenet=250s,cifar10=25s", sim.Config.AppRestartDelay) and
-// POLLUX_EVAL_EXPLORE sim.Config.ExploreFactor and POLLUX_EVAL_LABEL a
+// POLLUX_EVAL_EXPLORE sim.Config.ExploreFactor, POLLUX_EVAL_RULES=sia
+// Sia's simulator rules on a T4 cluster of the same size (as pollux
+// simulate -rules sia; artifact workloads only) and POLLUX_EVAL_LABEL a
 // label copied into every line.
 func TestEval(t *testing.T) {
 	spec := os.Getenv("POLLUX_EVAL")
@@ -69,9 +72,26 @@ func TestEval(t *testing.T) {
 			appDelay[app] = d
 		}
 	}
+	appsOf := applications(t)
+	siaRules := os.Getenv("POLLUX_EVAL_RULES") == "sia"
+	if siaRules {
+		var err error
+		if appsOf, err = sim.LoadTypedApplications(sim.RulesSia); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var mu sync.Mutex
 	for _, w := range strings.Split(spec, ",") {
 		jobs, name, cfg := evalWorkload(t, w)
+		if siaRules {
+			var err error
+			if jobs, name, err = sim.LoadWorkload(w, appsOf); err != nil {
+				t.Fatalf("POLLUX_EVAL_RULES=sia takes embedded workloads: %v", err)
+			}
+			cfg.Rules = sim.RulesSia
+			cfg.Cluster = []sim.NodeGroup{{Type: "t4", Nodes: cmp.Or(cfg.Nodes, 16), GPUsPerNode: 4}}
+			cfg.Nodes = 0
+		}
 		cfg.AppRestartDelay = appDelay
 		if e := os.Getenv("POLLUX_EVAL_EXPLORE"); e != "" {
 			v, err := strconv.Atoi(e)
@@ -101,7 +121,7 @@ func TestEval(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					s, err := sim.New(cfg, applications(t), jobs, name, pol)
+					s, err := sim.New(cfg, appsOf, jobs, name, pol)
 					if err != nil {
 						t.Fatal(err)
 					}
