@@ -706,7 +706,7 @@ func TestPolluxNoSwapsAmongEquals(t *testing.T) {
 }
 
 // TestPolluxGrowthExemptOnLargeClusters: a running job whose growth
-// would gain less than the growth hysteresis asks (1/(1 − 0.35)) stays
+// would gain less than the growth hysteresis asks (1/(1 − 0.3)) stays
 // as it is on a one-type cluster of 64 GPUs, and grows on one of 128
 // GPUs, where growth is exempt by default (and on 64 with a negative
 // GrowthHysteresis).
