@@ -30,7 +30,7 @@ const (
 	// with the Pollux artifact's flat 30 s restarts, mean average JCT
 	// 2658 -> 2599 s at seed 1 (seeds 1-5 2601 s) with 1.86 -> 2.05
 	// restarts per job; with Sia's per-application restart delays
-	// (-rules sia) 4453 -> 4400 s, 2.09 -> 2.14 restarts per job. A growth
+	// (-rules sia) 4453 -> 4400 s, 2.08 -> 2.14 restarts per job. A growth
 	// bar of 0.35 cut the restarts further under the flat delays (2610 s,
 	// 1.96) but cost 6.6% of JCT under Sia's, where a job grows at most
 	// 2x per step (README, "Toward 0.95x").
