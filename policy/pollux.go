@@ -74,7 +74,7 @@ const (
 	// PolluxSmallClusterGPUs bounds the clusters (of one GPU type) where
 	// the stall rule is on by default and growth pays the restart
 	// hysteresis; on larger ones every generation runs and growth is
-	// exempt (ExemptGrowth): at 1024 GPUs (640 jobs, seed 7) the average
+	// exempt (GrowthHysteresis): at 1024 GPUs (640 jobs, seed 7) the average
 	// JCT is 1621 s with the hysteresis on growth and 1540 s without
 	// (before the hysteresis: 1554 s).
 	PolluxSmallClusterGPUs = 64

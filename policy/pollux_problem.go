@@ -31,7 +31,7 @@ type polluxProblem struct {
 	base     spState   // the current allocation
 	factor   []float64 // per job: factor of a changed allocation
 	// Per job: the factor of a changed allocation with more GPUs than the
-	// current one (differs from factor with ExemptGrowth), and the
+	// current one (differs from factor by GrowthHysteresis), and the
 	// current allocation's GPUs.
 	growFactor []float64
 	baseSum    []int32
