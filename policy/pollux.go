@@ -154,7 +154,9 @@ type PolluxConfig struct {
 	// types growth onto freed fast GPUs is where the JCT comes from
 	// (sia-philly-1 under -rules sia: 2401 → 1892 s without it), and so
 	// it is on large clusters (1024 GPUs: 1621 → 1540 s). A negative
-	// value exempts growth everywhere, a positive one applies everywhere.
+	// value exempts growth everywhere, a positive one applies everywhere;
+	// with a negative RestartHysteresis 0 means negative too (no
+	// hysteresis at all, as the artifact).
 	// Growth is held back less than shrinks and moves: a lower bar on
 	// growth and a higher one on shrinks (0.3 and 0.45) gave a lower
 	// average JCT than 0.3 for both, under both simulator rule sets.
@@ -277,6 +279,10 @@ func (c PolluxConfig) withDefaults() PolluxConfig {
 	}
 	if c.MaxNodesPerJob == 0 {
 		c.MaxNodesPerJob = PolluxDefaultMaxNodesPerJob
+	}
+	if c.RestartHysteresis < 0 && c.GrowthHysteresis == 0 {
+		// Hysteresis off, as the artifact: for growth too.
+		c.GrowthHysteresis = c.RestartHysteresis
 	}
 	c.largeH = c.RestartHysteresis
 	if c.RestartHysteresis == 0 {

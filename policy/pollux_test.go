@@ -268,8 +268,8 @@ func TestPolluxRestartPenalty(t *testing.T) {
 		growth     float64 // GrowthHysteresis
 		want       policy.Allocations
 	}{
-		"artifact: young job keeps its GPUs":                             {age: 90, restarts: 1, model: slow, hysteresis: -1, growth: -1, want: two},
-		"artifact: old job grows":                                        {age: 1e6, restarts: 1, model: slow, hysteresis: -1, growth: -1, want: four},
+		"artifact: young job keeps its GPUs":                             {age: 90, restarts: 1, model: slow, hysteresis: -1, want: two},
+		"artifact: old job grows":                                        {age: 1e6, restarts: 1, model: slow, hysteresis: -1, want: four},
 		"default: old job keeps its GPUs for 5%":                         {age: 1e6, restarts: 1, model: slow, want: two},
 		"default: old job grows for 1.9x":                                {age: 1e6, restarts: 1, model: fast, want: four},
 		"growth hysteresis 0.01: old job grows for 5%":                   {age: 1e6, restarts: 1, model: slow, growth: 0.01, want: four},
