@@ -9,6 +9,7 @@ max_gpus_per_job       = 32
 dry_run                = false
 interference_avoidance = true
 explore_factor         = 4
+explore_start          = 4
 
 # GPU types (off unless gpu_type_source is set): where a node's GPU model
 # name comes from, and how names map to types. See the README, "GPU types".

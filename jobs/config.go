@@ -52,6 +52,10 @@ type Config struct {
 	// ExploreFactor caps a job's growth at this many times the most GPUs
 	// it has reported a profile for. Default 4.
 	ExploreFactor int
+	// ExploreStart caps the GPUs of a job that has reported no profile
+	// yet (its first allocation). Default 4: a job skips the restart
+	// from one GPU to four.
+	ExploreStart int
 	// StateGCGrace is how long the KV keys of a job that is no longer
 	// listed (purged, or its pollux_enabled removed) are kept before the
 	// leader deletes them. Default 24h; 0 keeps them forever.
@@ -93,6 +97,7 @@ func DefaultConfig() Config {
 		Seed:                  1,
 		InterferenceAvoidance: true,
 		ExploreFactor:         4,
+		ExploreStart:          4,
 		Policy:                "pollux",
 	}
 }
@@ -112,6 +117,7 @@ type configDoc struct {
 	KVPrefix              *string             `json:"kv_prefix" hcl:"kv_prefix,optional"`
 	InterferenceAvoidance *bool               `json:"interference_avoidance" hcl:"interference_avoidance,optional"`
 	ExploreFactor         *int                `json:"explore_factor" hcl:"explore_factor,optional"`
+	ExploreStart          *int                `json:"explore_start" hcl:"explore_start,optional"`
 	Policy                *string             `json:"policy" hcl:"policy,optional"`
 	GPUTypeSource         *string             `json:"gpu_type_source" hcl:"gpu_type_source,optional"`
 	GPUTypeMap            *map[string]string  `json:"gpu_type_map" hcl:"gpu_type_map,optional"`
@@ -198,6 +204,9 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 	}
 	if d.ExploreFactor != nil {
 		out.ExploreFactor = *d.ExploreFactor
+	}
+	if d.ExploreStart != nil {
+		out.ExploreStart = *d.ExploreStart
 	}
 	if d.Policy != nil {
 		out.Policy = *d.Policy
@@ -291,6 +300,9 @@ func (c Config) problems() []error {
 	}
 	if c.ExploreFactor < 1 || c.ExploreFactor > maxExploreFactor {
 		bad("explore_factor", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor)
+	}
+	if c.ExploreStart < 1 || c.ExploreStart > maxExploreFactor {
+		bad("explore_start", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreStart)
 	}
 	errs = append(errs, c.gpuTypeProblems()...)
 	return errs

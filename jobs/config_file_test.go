@@ -18,7 +18,7 @@ import (
 // the same in both syntaxes.
 const (
 	allFieldsJSON = `{"interval":"10s","fairness_p":-0.5,"restart_penalty":"1m","restart_time_max":"5m","device":"nomad/file/mock","node_pool":"gpu",` +
-		`"max_gpus_per_job":16,"dry_run":true,"kv_prefix":"px/","interference_avoidance":false,"explore_factor":2,` +
+		`"max_gpus_per_job":16,"dry_run":true,"kv_prefix":"px/","interference_avoidance":false,"explore_factor":2,"explore_start":2,` +
 		`"policy":"tiresias","gpu_type_source":"attr.gpu.model","gpu_type_map":{"Tesla T4":"t4"},"gpu_type_speed":{"t4":1.5},` +
 		`"ga":{"population":50,"generations":20,"seed":-7}}`
 	allFieldsHCL = `# every field
@@ -33,6 +33,7 @@ dry_run                = true
 kv_prefix              = "px/"
 interference_avoidance = false
 explore_factor         = 2
+explore_start          = 2
 policy                 = "tiresias"
 gpu_type_source        = "attr.gpu.model"
 gpu_type_map           = { "Tesla T4" = "t4" }

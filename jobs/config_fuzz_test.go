@@ -71,6 +71,7 @@ func TestMergeJSONHostile(t *testing.T) {
 		"negative max gpus":         {doc: `{"max_gpus_per_job":-1}`, wantErr: []string{"max_gpus_per_job: must be in [0, 16777216], got -1"}},
 		"huge max gpus":             {doc: `{"max_gpus_per_job":9223372036854775807}`, wantErr: []string{"max_gpus_per_job: must be in [0, 16777216], got 9223372036854775807"}},
 		"zero explore factor":       {doc: `{"explore_factor":0}`, wantErr: []string{"explore_factor: must be in [1, 1024], got 0"}},
+		"zero explore start":        {doc: `{"explore_start":0}`, wantErr: []string{"explore_start: must be in [1, 1024], got 0"}},
 		"overflowing explore":       {doc: `{"explore_factor":4611686018427387904}`, wantErr: []string{"explore_factor: must be in [1, 1024], got 4611686018427387904"}},
 		"1 MiB device":              {doc: `{"device":"a/` + long + `"}`, wantErr: []string{`device: want vendor/type or vendor/type/name, got "a/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa..."`}},
 		"1 MiB policy":              {doc: `{"policy":"` + long + `"}`, wantErr: []string{`policy: want pollux, tiresias, optimus or sia, got "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa..."`}},
@@ -121,7 +122,7 @@ func TestMergeJSONHostile(t *testing.T) {
 // at every byte: every cut is an error saying where the input ended.
 func TestTruncatedAtEveryByte(t *testing.T) {
 	config := []byte(`{"interval":"10s","fairness_p":-0.5,"restart_penalty":"1m","device":"nomad/file/mock","node_pool":"gpu",` +
-		`"max_gpus_per_job":16,"dry_run":true,"kv_prefix":"px/","interference_avoidance":false,"explore_factor":2,` +
+		`"max_gpus_per_job":16,"dry_run":true,"kv_prefix":"px/","interference_avoidance":false,"explore_factor":2,"explore_start":2,` +
 		`"policy":"tiresias","ga":{"population":50,"generations":20,"seed":-7}}`)
 	if _, err := DefaultConfig().MergeJSON(config); err != nil {
 		t.Fatal(err)

@@ -95,6 +95,7 @@ func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
 		BatchLimit: e.spec.MaxBatchSize / e.spec.LocalBszMin,
 		Profiled:   e.state.MaxProfiled,
 		Explore:    r.cfg.ExploreFactor,
+		Start:      r.cfg.ExploreStart,
 	}
 	if e.spec.MaxGPUs > 0 {
 		limits.Requested = e.spec.MaxGPUs

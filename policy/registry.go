@@ -61,6 +61,9 @@ type JobLimits struct {
 	// Profiled is the most GPUs the job has been profiled on, and Explore
 	// the factor it may grow beyond that (ExploreReplicas).
 	Profiled, Explore int
+	// Start is the bound of a job not yet profiled (ExploreReplicas); 0
+	// means 1.
+	Start int
 }
 
 // MaxReplicas returns the job's GPU bound under this policy.
@@ -71,7 +74,7 @@ func (t Traits) MaxReplicas(l JobLimits) int {
 	case BatchReplicas:
 		return min(l.Cap, l.BatchLimit)
 	default:
-		return min(l.Cap, max(l.Explore*l.Profiled, 1), l.BatchLimit)
+		return min(l.Cap, max(l.Explore*l.Profiled, l.Start, 1), l.BatchLimit)
 	}
 }
 

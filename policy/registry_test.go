@@ -35,6 +35,17 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%+v: max replicas %d, want %d", traits, got, want)
 		}
 	}
+	// A job not yet profiled starts within Start (1 if unset).
+	for start, want := range map[int]int{0: 1, 1: 1, 4: 4, 32: 8} {
+		l := JobLimits{Cap: 16, BatchLimit: 8, Explore: 4, Start: start}
+		if got := pollux.MaxReplicas(l); got != want {
+			t.Errorf("unprofiled job, start %d: max replicas %d, want %d", start, got, want)
+		}
+	}
+	// Once profiled, the larger of Explore×Profiled and Start.
+	if got := pollux.MaxReplicas(JobLimits{Cap: 64, BatchLimit: 64, Profiled: 1, Explore: 2, Start: 4}); got != 4 {
+		t.Errorf("profiled on 1 GPU, explore 2, start 4: max replicas %d, want 4", got)
+	}
 	if sia, _ := TraitsOf("sia"); !sia.UsesGoodput || !sia.AdaptiveBatch || sia.Replicas != ExploreReplicas {
 		t.Fatalf("traits: sia %+v", sia)
 	}

@@ -29,7 +29,8 @@ import (
 // POLLUX_EVAL_CONFIG a policy.PolluxConfig as JSON (Seed is overridden),
 // POLLUX_EVAL_APP_RESTART per-application restart delays
 // ("imagenet=250s,cifar10=25s", sim.Config.AppRestartDelay) and
-// POLLUX_EVAL_EXPLORE sim.Config.ExploreFactor, POLLUX_EVAL_RULES=sia
+// POLLUX_EVAL_EXPLORE sim.Config.ExploreFactor, POLLUX_EVAL_START
+// sim.Config.ExploreStart, POLLUX_EVAL_RULES=sia
 // Sia's simulator rules on a T4 cluster of the same size (as pollux
 // simulate -rules sia; artifact workloads only) and POLLUX_EVAL_LABEL a
 // label copied into every line.
@@ -99,6 +100,13 @@ func TestEval(t *testing.T) {
 				t.Fatalf("POLLUX_EVAL_EXPLORE: %v", err)
 			}
 			cfg.ExploreFactor = v
+		}
+		if e := os.Getenv("POLLUX_EVAL_START"); e != "" {
+			v, err := strconv.Atoi(e)
+			if err != nil {
+				t.Fatalf("POLLUX_EVAL_START: %v", err)
+			}
+			cfg.ExploreStart = v
 		}
 		for _, p := range policies {
 			for _, seed := range seeds {

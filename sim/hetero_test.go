@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +33,8 @@ type heteroVariant struct {
 // comma-separated list) restricts the workloads and HETERO_TABLES (of
 // 1, 2, 3: the tables in the order above) the tables; HETERO_KNOBS=1 adds
 // the pollux variants with Sia's restrictions (whole nodes, 2x growth),
-// HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON,
+// HETERO_START sets sim.Config.ExploreStart for every policy (Sia's rules
+// start a job on one GPU), HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON,
 // label pollux-cfg), and HETERO_VARIANTS keeps only the labels listed.
 // It runs only with POLLUX_HETERO=1 (`make hetero` sets it), so that
 // `make test` stays within CI's time: about 36 simulations of ~30-60 s
@@ -180,7 +182,13 @@ func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application
 	if err != nil {
 		return results.Summary{}, err
 	}
-	s, err := sim.New(sim.Config{Cluster: groups, Rules: sim.RulesSia}, applications, jobs, wl, pol)
+	cfg := sim.Config{Cluster: groups, Rules: sim.RulesSia}
+	if v := os.Getenv("HETERO_START"); v != "" {
+		if cfg.ExploreStart, err = strconv.Atoi(v); err != nil {
+			return results.Summary{}, fmt.Errorf("HETERO_START: %w", err)
+		}
+	}
+	s, err := sim.New(cfg, applications, jobs, wl, pol)
 	if err != nil {
 		return results.Summary{}, err
 	}

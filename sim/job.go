@@ -282,7 +282,7 @@ func (j *job) reallocate(gpuType string, placement []int, delay float64) {
 
 // info builds the policy's view of the job on a cluster of the given GPU
 // types ([""] for an untyped cluster).
-func (j *job) info(traits policy.Traits, now float64, maxReplicasCap, explore int, types []string, proj projector) policy.Job {
+func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explore policy.JobLimits, types []string, proj projector) policy.Job {
 	pj := policy.Job{
 		ID:              j.name,
 		Submitted:       j.submitted,
@@ -307,7 +307,7 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap, explore in
 		}
 		maxReplicas = max(maxReplicas, traits.MaxReplicas(policy.JobLimits{
 			Requested: j.fixedGPUs, Cap: maxReplicasCap, BatchLimit: batch / minLocal,
-			Profiled: profiled, Explore: explore,
+			Profiled: profiled, Explore: explore.Explore, Start: explore.Start,
 		}))
 	}
 	pj.MaxReplicas = maxReplicas
