@@ -173,3 +173,22 @@ func TestSpeedupCurve(t *testing.T) {
 		t.Errorf("without a base: %+v, want goodput and no speedup", none[2])
 	}
 }
+
+// TestCapByExploration names explore_start for a job with no profile and
+// explore_factor once it has one.
+func TestCapByExploration(t *testing.T) {
+	cfg := DefaultConfig()
+	e := &entry{spec: Spec{MaxBatchSize: 1024, LocalBszMin: 1}, state: &State{}}
+	if got := capBy(cfg, e, 32, 4); got != "explore_start 4 (no profile yet)" {
+		t.Errorf("no profile: cap by %q", got)
+	}
+	e.state.MaxProfiled = 2
+	if got := capBy(cfg, e, 32, 8); got != "explore_factor 4 × the 2 GPUs profiled" {
+		t.Errorf("profiled on 2: cap by %q", got)
+	}
+	e.state.MaxProfiled = 0
+	cfg.ExploreStart = 1
+	if got := capBy(cfg, e, 32, 1); got != "explore_start 1 (no profile yet)" {
+		t.Errorf("explore_start 1: cap by %q", got)
+	}
+}

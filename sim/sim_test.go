@@ -93,6 +93,26 @@ func TestSimulatorDeterministic(t *testing.T) {
 	}
 }
 
+// TestExploreStart checks the first allocation of a job with no profile:
+// up to ExploreStart GPUs (default 4), one GPU with ExploreStart 1 or
+// under Sia's rules.
+func TestExploreStart(t *testing.T) {
+	first := func(r results.Run, job string) int {
+		for _, s := range r.Timeline {
+			if g := s.JobGPUs[job]; g > 0 {
+				return g
+			}
+		}
+		return 0
+	}
+	if g := first(runSmall(t, "pollux", sim.Config{Nodes: 2, GPUsPerNode: 4}), "cifar10-0"); g < 2 || g > 4 {
+		t.Errorf("default: cifar10-0, alone on 8 GPUs, started on %d GPUs, want 2 to 4", g)
+	}
+	if g := first(runSmall(t, "pollux", sim.Config{Nodes: 2, GPUsPerNode: 4, ExploreStart: 1}), "cifar10-0"); g != 1 {
+		t.Errorf("ExploreStart 1: cifar10-0 started on %d GPUs, want 1", g)
+	}
+}
+
 func TestSimulatorRejectsBadInput(t *testing.T) {
 	tests := map[string]struct {
 		cfg  sim.Config
@@ -101,6 +121,7 @@ func TestSimulatorRejectsBadInput(t *testing.T) {
 		"unknown application": {jobs: []workload.Job{{Name: "x", Application: "gpt", NumReplicas: 1, BatchSize: 1}}},
 		"negative nodes":      {cfg: sim.Config{Nodes: -1}, jobs: smallWorkload()},
 		"interference of 1":   {cfg: sim.Config{Interference: 1}, jobs: smallWorkload()},
+		"negative start":      {cfg: sim.Config{ExploreStart: -1}, jobs: smallWorkload()},
 		"zero batch tiresias": {jobs: []workload.Job{{Name: "x", Application: "bert", NumReplicas: 1}}},
 	}
 	for name, tc := range tests {

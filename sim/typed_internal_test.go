@@ -51,3 +51,16 @@ func TestSiaPlacement(t *testing.T) {
 		}
 	}
 }
+
+// TestExploreStartDefaults: a job with no profile may start on 4 GPUs
+// under the Pollux rules and on one under Sia's (as its simulator).
+func TestExploreStartDefaults(t *testing.T) {
+	for rules, want := range map[Rules]int{RulesPollux: 4, RulesSia: 1} {
+		if got := (Config{Rules: rules}).withDefaults().ExploreStart; got != want {
+			t.Errorf("%s rules: ExploreStart %d, want %d", rules, got, want)
+		}
+	}
+	if got := (Config{Rules: RulesSia, ExploreStart: 4}).withDefaults().ExploreStart; got != 4 {
+		t.Errorf("set ExploreStart replaced by the rules' default: %d", got)
+	}
+}
