@@ -90,10 +90,14 @@ func TestGPUTypesOnNomad(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No restart penalty: a type-aware policy would otherwise (rightly)
-	// keep a job this young where it is rather than pay a restart.
+	// keep a job this young where it is rather than pay a restart. The
+	// job starts on one GPU (explore_start 1), so that the move to a100
+	// also grows it: a same-size move must clear the typed hysteresis
+	// (0.5), which the 2x speed prior alone does not.
 	ctl := e.controller("types", func(cfg *jobs.Config) {
 		cfg.GPUTypeSource = "meta.gpu_type"
 		cfg.RestartPenalty = 0
+		cfg.ExploreStart = 1
 	})
 
 	// 1. Placed on t4, the only type there is.
