@@ -290,9 +290,13 @@ func capBy(cfg Config, e *entry, total, maxGPUs int) string {
 		return "max_gpus_per_job"
 	case e.spec.LocalBszMin > 0 && maxGPUs == e.spec.MaxBatchSize/e.spec.LocalBszMin:
 		return "pollux_max_batch_size / pollux_local_bsz_min"
-	case e.state.MaxProfiled == 0 && maxGPUs == max(cfg.ExploreStart, 1):
-		return fmt.Sprintf("explore_start %d (no profile yet)", cfg.ExploreStart)
-	case cfg.ExploreFactor > 0 && maxGPUs == max(cfg.ExploreFactor*e.state.MaxProfiled, cfg.ExploreStart, 1):
+	case maxGPUs == max(cfg.ExploreFactor*e.state.MaxProfiled, cfg.ExploreStart, 1):
+		switch {
+		case e.state.MaxProfiled == 0:
+			return fmt.Sprintf("explore_start %d (no profile yet)", cfg.ExploreStart)
+		case cfg.ExploreFactor*e.state.MaxProfiled < cfg.ExploreStart:
+			return fmt.Sprintf("explore_start %d", cfg.ExploreStart)
+		}
 		return fmt.Sprintf("explore_factor %d × the %d GPUs profiled", cfg.ExploreFactor, e.state.MaxProfiled)
 	case maxGPUs == total:
 		return "all free GPUs"

@@ -186,6 +186,11 @@ func TestCapByExploration(t *testing.T) {
 	if got := capBy(cfg, e, 32, 8); got != "explore_factor 4 × the 2 GPUs profiled" {
 		t.Errorf("profiled on 2: cap by %q", got)
 	}
+	e.state.MaxProfiled = 1
+	cfg.ExploreFactor = 2
+	if got := capBy(cfg, e, 32, 4); got != "explore_start 4" {
+		t.Errorf("profiled on 1, explore_factor 2: cap by %q", got)
+	}
 	e.state.MaxProfiled = 0
 	cfg.ExploreStart = 1
 	if got := capBy(cfg, e, 32, 1); got != "explore_start 1 (no profile yet)" {
