@@ -444,6 +444,29 @@ func TestLoad(t *testing.T) {
 		}
 	}
 
+	// Failover: a second agent (a new leadership term: nothing cached,
+	// every job listed and read again) meets the cluster the first left,
+	// the waiting jobs at zero. Its first round is what a new leader costs
+	// in steady operation; the first agent's first round above also had
+	// to scale the jobs Nomad queued to zero.
+	foStart := time.Now()
+	fo := e.startAgent(t, "load-failover", cfgPath)
+	foRound := e.waitRound(t, final.Round, 5*time.Minute)
+	foWait := time.Since(foStart)
+	foApplied := 0
+	for _, js := range foRound.Jobs {
+		if js.Applied {
+			foApplied++
+		}
+	}
+	_ = fo.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-fo.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("failover agent did not stop within 60s")
+	}
+	t.Logf("failover: first round %v ms after %s from the agent's start", foRound.Timings, foWait.Round(100*time.Millisecond))
+
 	mu.Lock()
 	defer mu.Unlock()
 	phase := func(name string) []float64 {
@@ -491,6 +514,10 @@ func TestLoad(t *testing.T) {
 		"final_jobs_zero":       zeroJobs,
 		"final_gpus":            gpus,
 		"final_mismatches":      mismatches,
+		"first_round_ms":        firstTimings(rounds),
+		"failover_round_ms":     foRound.Timings,
+		"failover_wait_s":       foWait.Seconds(),
+		"failover_applied":      foApplied,
 	}
 	out, _ := json.MarshalIndent(report, "", "  ")
 	t.Logf("load report:\n%s", out)
@@ -516,6 +543,14 @@ func TestLoad(t *testing.T) {
 	for _, m := range mismatches {
 		t.Errorf("final state differs from the last decision: %s", m)
 	}
+}
+
+// firstTimings are the phase timings of the first round seen.
+func firstTimings(rounds []loadRound) map[string]float64 {
+	if len(rounds) == 0 {
+		return nil
+	}
+	return rounds[0].Timings
 }
 
 func cmpErr(first, err error) error {

@@ -184,6 +184,20 @@ type ListedReader interface {
 	ReadListed(ctx context.Context, ref JobRef) (Job, error)
 }
 
+// ParkedReader is implemented by a ListedReader that can describe from
+// its job list alone a job the controller scaled to zero (nomad.Client):
+// Nomad moves a job's JobModifyIndex on every change of its spec, so
+// while the list shows the index the controller's own write to zero
+// produced (parkedAt, from the job's state), the spec is the one written
+// and asks for no GPUs, and the list's meta, index and status are all a
+// round needs. It reads the job as ReadListed does when the list shows
+// another index or the job holds GPUs. A new leader's first round at
+// thousands of waiting jobs then reads only the specs of the jobs that
+// run, not one per job.
+type ParkedReader interface {
+	ReadParked(ctx context.Context, ref JobRef, parkedAt uint64) (Job, error)
+}
+
 // ListedNodes is implemented by a Cluster that can list the nodes more
 // cheaply given the jobs the round just listed (nomad.Client: it tells
 // the GPUs those jobs hold from the GPUs of other jobs without listing
@@ -367,11 +381,9 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	// are independent, and at thousands of jobs each takes a while.
 	tree := make(chan roundTree, 1)
 	go func() { tree <- c.readTree(ctx) }()
-	if err := c.snapshot(ctx, r); err != nil {
-		<-tree
+	if err := c.snapshot(ctx, r, tree); err != nil {
 		return nil, err
 	}
-	c.tree = <-tree
 	c.lap(r, "snapshot", t0)
 	t0 = c.now()
 	c.fitJobs(ctx, r)

@@ -2,21 +2,30 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 )
 
-// snapshot lists the jobs and nodes, forgets the state of jobs no longer
-// listed, reads every job and sorts them into the status: stopped,
-// invalid, unreadable, or an entry for the policy.
-func (c *Controller) snapshot(ctx context.Context, r *round) error {
+// snapshot lists the jobs and nodes, takes the round's listing of the
+// jobs' keys from tree (read meanwhile; c.tree), forgets the state of
+// jobs no longer listed, reads every job and sorts them into the status:
+// stopped, invalid, unreadable, or an entry for the policy.
+func (c *Controller) snapshot(ctx context.Context, r *round, tree <-chan roundTree) (err error) {
+	took := false
+	defer func() {
+		if !took {
+			c.tree = <-tree
+		}
+	}()
 	if ts, ok := c.cluster.(GPUTypeSourcer); ok {
 		src, _ := ParseGPUTypeSource(r.cfg.GPUTypeSource) // validated with the configuration
 		ts.SetGPUTypeSource(src)
 	}
 	// The jobs first: the Nomad adapter can reuse the list to tell, on the
 	// nodes, the controller's jobs from others (ListedNodes).
-	refs, _, err := c.cluster.ListJobs(ctx, 0, 0)
+	var refs []JobRef
+	refs, _, err = c.cluster.ListJobs(ctx, 0, 0)
 	if err != nil {
 		c.metrics.incError("list_jobs")
 		return fmt.Errorf("snapshot: %w", err)
@@ -41,6 +50,7 @@ func (c *Controller) snapshot(ctx context.Context, r *round) error {
 		}
 	}
 	c.forgetPublished(known)
+	c.tree, took = <-tree, true
 	read, readErrs := c.readJobs(ctx, refs)
 	r.read = read
 	for i, ref := range refs {
@@ -109,6 +119,15 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 	if lr, ok := c.cluster.(ListedReader); ok {
 		read = lr.ReadListed // the round listed the jobs just now
 	}
+	if pr, ok := c.cluster.(ParkedReader); ok {
+		listed := read
+		read = func(ctx context.Context, ref JobRef) (Job, error) {
+			if at := c.parkedAt(ref); at > 0 {
+				return pr.ReadParked(ctx, ref, at)
+			}
+			return listed(ctx, ref)
+		}
+	}
 	sem := make(chan struct{}, readConcurrency)
 	var wg sync.WaitGroup
 	for i, ref := range refs {
@@ -122,4 +141,32 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 	}
 	wg.Wait()
 	return out, errs
+}
+
+// parkedAt is the JobModifyIndex the controller's last write to ref gave
+// it when that write scaled the job to zero and nothing is pending: the
+// job's state in memory, else as the round's listing of keys has it. It
+// is 0 when unknown or when the job was left with GPUs.
+func (c *Controller) parkedAt(ref JobRef) uint64 {
+	if s, ok := c.states[ref]; ok {
+		if s.Pending != nil || len(s.Allocation) > 0 {
+			return 0
+		}
+		return s.AppliedIndex
+	}
+	p, ok := c.tree[stateKey(ref)]
+	if !ok || c.kvErr != nil {
+		return 0
+	}
+	// Only the three fields: the fit phase parses and checks the whole
+	// document.
+	var s struct {
+		AppliedIndex uint64          `json:"applied_index"`
+		Allocation   []string        `json:"allocation"`
+		Pending      json.RawMessage `json:"pending"`
+	}
+	if json.Unmarshal(p.Value, &s) != nil || len(s.Allocation) > 0 || (len(s.Pending) > 0 && string(s.Pending) != "null") {
+		return 0
+	}
+	return s.AppliedIndex
 }

@@ -40,6 +40,8 @@ type listed struct {
 	jobModifyIndex uint64
 	status         string
 	stop           bool
+	// meta is the job's meta block as listed (the list asks for it).
+	meta map[string]string
 }
 
 // cachedSpec is a job's spec as read at one JobModifyIndex.
@@ -84,7 +86,7 @@ func (rc *readCache) recordList(stubs []*api.JobListStub, managed func(string) b
 		if !managed(ns) {
 			continue
 		}
-		seen[jobs.JobRef{Namespace: ns, ID: s.ID}] = listed{jobModifyIndex: s.JobModifyIndex, status: s.Status, stop: s.Stop}
+		seen[jobs.JobRef{Namespace: ns, ID: s.ID}] = listed{jobModifyIndex: s.JobModifyIndex, status: s.Status, stop: s.Stop, meta: s.Meta}
 	}
 	rc.listed = seen
 	for ref := range rc.specs {
@@ -106,6 +108,16 @@ func (rc *readCache) spec(ref jobs.JobRef) (cachedSpec, listed, bool) {
 		return cachedSpec{}, listed{}, false
 	}
 	return s, l, true
+}
+
+// listing returns what the last list said of ref, and whether a spec is
+// cached at that index.
+func (rc *readCache) listing(ref jobs.JobRef) (listed, bool, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	l, ok := rc.listed[ref]
+	s, cached := rc.specs[ref]
+	return l, ok, cached && s.index == l.jobModifyIndex
 }
 
 // remember caches a spec just read.

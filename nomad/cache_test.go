@@ -74,3 +74,7 @@ func (c *Client) SpecCached(ref jobs.JobRef) bool {
 	_, _, ok := c.cache.spec(ref)
 	return ok
 }
+
+// ParkedReads is how many jobs ReadParked described from the list alone
+// (for the external tests).
+func (c *Client) ParkedReads() int64 { return c.parked.Load() }

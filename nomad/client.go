@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -75,6 +76,8 @@ type Client struct {
 	log hclog.Logger
 	// cache lets steady-state rounds re-read only what changed (cache.go).
 	cache readCache
+	// parked counts the jobs ReadParked described from the list alone.
+	parked atomic.Int64
 	// typeMu guards src and models: the GPU type source and each node's
 	// model name read from its meta or attributes, by node ID, kept while
 	// the node's ModifyIndex stays the same.
@@ -211,6 +214,8 @@ func (c *Client) ListJobs(ctx context.Context, waitIndex uint64, wait time.Durat
 	defer cancel()
 	q := c.query(ctx, "*")
 	q.Filter = taggedFilter
+	// The meta too: ReadParked describes a job scaled to zero from it.
+	q.Params = map[string]string{"meta": "true"}
 	q.WaitIndex = waitIndex
 	q.WaitTime = wait
 	stubs, qm, err := c.api.Jobs().List(q)
@@ -262,6 +267,42 @@ func (c *Client) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error)
 // round does right after listing the jobs.
 func (c *Client) ReadListed(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
 	return c.read(ctx, ref, true)
+}
+
+// ReadParked reads a job as ReadListed does, except that when the last
+// ListJobs shows it at parkedAt (the JobModifyIndex of the controller's
+// own write that scaled it to zero: its spec asks for no GPUs) and no
+// placed allocation of it is listed, the job is described from the list
+// alone: its meta, index and status, no placement, and the submission
+// time the controller's write recorded in meta. No spec is read until a
+// write needs it (Apply reads it then, and the write is a check-and-set
+// at that index). A spec cached at the index is used as ReadListed
+// would (it may tell a problem the list cannot).
+func (c *Client) ReadParked(ctx context.Context, ref jobs.JobRef, parkedAt uint64) (jobs.Job, error) {
+	ref.Namespace = namespace(ref)
+	l, ok, cached := c.cache.listing(ref)
+	submit, terr := time.Parse(time.RFC3339Nano, l.meta[contract.MetaSubmitTime])
+	if !ok || cached || parkedAt == 0 || l.jobModifyIndex != parkedAt || l.meta[contract.MetaEnabled] != "true" || terr != nil {
+		return c.read(ctx, ref, true)
+	}
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
+	allocs, err := c.placedAllocs(ctx, ref)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if len(allocs) > 0 {
+		return c.read(ctx, ref, true) // still stopping: what runs needs the spec's groups
+	}
+	c.parked.Add(1)
+	return jobs.Job{
+		JobRef:         ref,
+		Meta:           maps.Clone(l.meta),
+		JobModifyIndex: l.jobModifyIndex,
+		Status:         l.status,
+		Stopped:        l.stop,
+		SubmitTime:     submit.UTC(),
+	}, nil
 }
 
 func (c *Client) read(ctx context.Context, ref jobs.JobRef, cached bool) (jobs.Job, error) {
@@ -625,6 +666,11 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		}
 		if submit, err = c.submitTime(ctx, ref, job); err != nil {
 			return 0, fmt.Errorf("failed to apply change: %w", err)
+		}
+		// Cached as read (a job ReadParked described from the list): if
+		// the write fails, the next round reads the spec from the cache.
+		if cp, err := copyJob(job); err == nil {
+			c.cache.remember(ref, cp, submit)
 		}
 	}
 	if job.Meta[contract.MetaEnabled] != "true" {

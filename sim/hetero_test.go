@@ -188,6 +188,20 @@ func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application
 			return results.Summary{}, fmt.Errorf("HETERO_START: %w", err)
 		}
 	}
+	if v.name == "pollux" {
+		// Pollux's own exploration bounds instead of the rules' (for the
+		// pollux variants only; sia keeps its growth limit).
+		if e := os.Getenv("HETERO_POLLUX_START"); e != "" {
+			if cfg.ExploreStart, err = strconv.Atoi(e); err != nil {
+				return results.Summary{}, fmt.Errorf("HETERO_POLLUX_START: %w", err)
+			}
+		}
+		if e := os.Getenv("HETERO_POLLUX_EXPLORE"); e != "" {
+			if cfg.ExploreFactor, err = strconv.Atoi(e); err != nil {
+				return results.Summary{}, fmt.Errorf("HETERO_POLLUX_EXPLORE: %w", err)
+			}
+		}
+	}
 	s, err := sim.New(cfg, applications, jobs, wl, pol)
 	if err != nil {
 		return results.Summary{}, err

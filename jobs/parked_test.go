@@ -1,0 +1,119 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/jobstest"
+	"github.com/pollux-nomad/pollux/policy"
+)
+
+// parkedCluster is the in-memory cluster with ReadParked: it records the
+// index each job was asked about and reads the job as ReadJob does.
+type parkedCluster struct {
+	*jobstest.Cluster
+	mu    sync.Mutex
+	asked map[jobs.JobRef]uint64
+}
+
+func (p *parkedCluster) ReadParked(ctx context.Context, ref jobs.JobRef, at uint64) (jobs.Job, error) {
+	p.mu.Lock()
+	p.asked[ref] = at
+	p.mu.Unlock()
+	return p.ReadJob(ctx, ref)
+}
+
+func (p *parkedCluster) reset() map[jobs.JobRef]uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.asked
+	p.asked = map[jobs.JobRef]uint64{}
+	return a
+}
+
+// TestReadParked: a round asks the cluster to describe from its list the
+// jobs the controller's last write scaled to zero, at that write's index,
+// from the state in memory and, for a new leader, from the state in
+// Consul; not the jobs that hold GPUs, that were never written, or whose
+// last write is still pending.
+func TestReadParked(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 2})
+	pc := &parkedCluster{Cluster: f.cluster, asked: map[jobs.JobRef]uint64{}}
+	newController := func(instance string) *jobs.Controller {
+		c, err := jobs.New(f.cfg, jobs.Options{
+			Cluster: pc, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
+			NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+			Traits:    policy.TraitsOf,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	refs := make([]jobs.JobRef, 6)
+	for i := range refs {
+		refs[i] = f.submit(fmt.Sprintf("p%d", i), 1)
+	}
+	f.policy.set(map[string][]string{"p0": {"n1"}, "p1": {"n1"}})
+	one := newController("one")
+	one.TakeOver(context.Background())
+	f.round(one)
+	if a := pc.reset(); len(a) != 0 {
+		t.Fatalf("first round asked about %v; no job was written before it", a)
+	}
+	for _, ref := range refs[2:] {
+		if j := f.job(ref); len(j.Placement) != 0 || j.Unshaped {
+			t.Fatalf("%s after the first round: %+v, want scaled to zero", ref, j)
+		}
+	}
+
+	check := func(name string, c *jobs.Controller, skip map[jobs.JobRef]bool) {
+		t.Helper()
+		f.round(c)
+		asked := pc.reset()
+		for _, ref := range refs {
+			at, ok := asked[ref]
+			switch {
+			case ref == refs[0] || ref == refs[1] || skip[ref]:
+				if ok {
+					t.Errorf("%s: asked to describe %s (at %d) from the list", name, ref, at)
+				}
+			case !ok:
+				t.Errorf("%s: %s not described from the list", name, ref)
+			case at != f.state(ref).AppliedIndex || at == 0:
+				t.Errorf("%s: %s asked at index %d, its state says %d", name, ref, at, f.state(ref).AppliedIndex)
+			}
+		}
+	}
+	check("steady round", one, nil)
+
+	// A new leader knows only what Consul holds.
+	two := newController("two")
+	two.TakeOver(context.Background())
+	check("new leader's first round", two, nil)
+
+	// A write recorded but not confirmed: the job is read in full.
+	raw, _, err := f.kv.Get(context.Background(), "jobs/default/p5/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st jobs.State
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	st.Pending = &jobs.PendingApply{Round: 99, ReadIndex: st.AppliedIndex}
+	pending, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kv.Put(context.Background(), "jobs/default/p5/state", pending); err != nil {
+		t.Fatal(err)
+	}
+	three := newController("three")
+	three.TakeOver(context.Background())
+	check("pending write", three, map[jobs.JobRef]bool{refs[5]: true})
+}
