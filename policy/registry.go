@@ -32,6 +32,11 @@ type Traits struct {
 	// Job.TypedGoodput rather than the runner's bootstrapped model
 	// (model.BootstrapPerf).
 	ProjectedGoodput bool
+	// StartReplicas is the most GPUs the policy gives a job that has not
+	// been profiled yet when the runner leaves it to the policy (0: one).
+	// Pollux: 4 (the controller's explore_start; issue 13); Sia: one,
+	// as its bootstrapping profiles one GPU of each type.
+	StartReplicas int
 }
 
 // ReplicaBound is how a policy bounds the GPUs of one job.
@@ -96,7 +101,7 @@ type kind struct {
 
 var kinds = map[string]kind{
 	"pollux": {
-		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas},
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
 		make:   func(s Settings) (Policy, error) { return NewPollux(s.Pollux) },
 	},

@@ -37,7 +37,9 @@ type Config struct {
 	Cluster []NodeGroup
 	// Rules selects the simulator semantics: RulesPollux (default) or
 	// RulesSia. RulesSia also sets, where left zero, AppRestartDelay to
-	// SiaRestartDelays, ExploreFactor to 2 and ExploreStart to 1.
+	// SiaRestartDelays, ExploreFactor to 2 and ExploreStart to the
+	// policy's own first allocation (policy.Traits.StartReplicas: 4 for
+	// pollux, 1 for sia and the others).
 	Rules Rules
 	// Interval is the scheduling interval (default 60 s).
 	Interval time.Duration
@@ -73,8 +75,10 @@ type Config struct {
 	// ExploreStart bounds the first allocation of an adaptive job that
 	// has not been profiled yet (ExploreFactor scales from what it was
 	// profiled on). Default 4 (one node of the artifact's cluster, as the
-	// controller's explore_start); 1 under RulesSia and in the Pollux
-	// artifact, where a job starts on one GPU. With 4 a job skips the
+	// controller's explore_start; the Pollux artifact starts a job on one
+	// GPU); under RulesSia the policy's policy.Traits.StartReplicas (4
+	// for pollux, 1 for sia, whose bootstrapping profiles one GPU of each
+	// type, as Sia's simulator does). With 4 a job skips the
 	// 1 -> 4 restart: on the eight artifact workloads (seed 1) restarts
 	// per job drop from 2.05 to 1.50 at the same average JCT.
 	ExploreStart int
@@ -102,9 +106,6 @@ func (c Config) withDefaults() Config {
 		}
 		if c.ExploreFactor == 0 {
 			c.ExploreFactor = 2
-		}
-		if c.ExploreStart == 0 {
-			c.ExploreStart = 1
 		}
 	}
 	if c.Interval == 0 {
@@ -226,11 +227,14 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid simulator config: %w", err)
 	}
-	cfg = cfg.withDefaults()
 	traits, err := policy.TraitsOf(pol.Name())
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Rules == RulesSia && cfg.ExploreStart == 0 {
+		cfg.ExploreStart = max(traits.StartReplicas, 1)
+	}
+	cfg = cfg.withDefaults()
 	s := &Simulator{
 		cfg:      cfg,
 		traits:   traits,

@@ -53,14 +53,42 @@ func TestSiaPlacement(t *testing.T) {
 }
 
 // TestExploreStartDefaults: a job with no profile may start on 4 GPUs
-// under the Pollux rules and on one under Sia's (as its simulator).
+// under the Pollux rules; under Sia's on the policy's own first
+// allocation (pollux 4, sia 1 as its simulator); a set value holds.
 func TestExploreStartDefaults(t *testing.T) {
-	for rules, want := range map[Rules]int{RulesPollux: 4, RulesSia: 1} {
-		if got := (Config{Rules: rules}).withDefaults().ExploreStart; got != want {
-			t.Errorf("%s rules: ExploreStart %d, want %d", rules, got, want)
-		}
+	tests := []struct {
+		rules  Rules
+		policy string
+		set    int
+		want   int
+	}{
+		{RulesPollux, "pollux", 0, 4},
+		{RulesPollux, "sia", 0, 4},
+		{RulesSia, "pollux", 0, 4},
+		{RulesSia, "sia", 0, 1},
+		{RulesSia, "tiresias", 0, 1},
+		{RulesSia, "sia", 4, 4},
+		{RulesSia, "pollux", 1, 1},
 	}
-	if got := (Config{Rules: RulesSia, ExploreStart: 4}).withDefaults().ExploreStart; got != 4 {
-		t.Errorf("set ExploreStart replaced by the rules' default: %d", got)
+	for _, tc := range tests {
+		pol, err := policy.New(tc.policy, policy.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Rules: tc.rules, ExploreStart: tc.set}
+		if tc.rules == RulesSia {
+			cfg.Cluster = []NodeGroup{{Type: "t4", Nodes: 2, GPUsPerNode: 4}}
+		}
+		apps, err := LoadTypedApplications(tc.rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(cfg, apps, nil, "none", pol)
+		if err != nil {
+			t.Fatalf("%s rules, %s: %v", tc.rules, tc.policy, err)
+		}
+		if s.cfg.ExploreStart != tc.want {
+			t.Errorf("%s rules, %s, set %d: ExploreStart %d, want %d", tc.rules, tc.policy, tc.set, s.cfg.ExploreStart, tc.want)
+		}
 	}
 }
