@@ -86,6 +86,9 @@ type loadRound struct {
 	Scheduled int                `json:"scheduled"`
 	Applied   int                `json:"applied"`
 	GPUs      int                `json:"gpus_allocated"`
+	// Deferred counts the job lines whose change waits for a later round
+	// (a round's budget for scaling jobs to zero spent).
+	Deferred int `json:"deferred"`
 }
 
 // quantiles of xs (sorted copy): median, p90, p99, max.
@@ -355,6 +358,9 @@ func TestLoad(t *testing.T) {
 				if js.Applied {
 					r.Applied++
 				}
+				if strings.HasPrefix(js.Error, "deferred: ") {
+					r.Deferred++
+				}
 				r.GPUs += js.GPUs
 			}
 			mu.Lock()
@@ -518,6 +524,7 @@ func TestLoad(t *testing.T) {
 		"failover_round_ms":     foRound.Timings,
 		"failover_wait_s":       foWait.Seconds(),
 		"failover_applied":      foApplied,
+		"adoption":              adoption(rounds),
 	}
 	out, _ := json.MarshalIndent(report, "", "  ")
 	t.Logf("load report:\n%s", out)
@@ -551,6 +558,21 @@ func firstTimings(rounds []loadRound) map[string]float64 {
 		return nil
 	}
 	return rounds[0].Timings
+}
+
+// adoption says how the first agent's rounds took over the jobs Nomad
+// queued: per round until none is deferred, the round's total time, its
+// writes and its deferred changes, and the time from the first round's
+// publication to the end of the first round that deferred nothing.
+func adoption(rounds []loadRound) map[string]any {
+	var per []map[string]any
+	for i, r := range rounds {
+		per = append(per, map[string]any{"round": r.Round, "total_ms": r.Timings["total"], "applied": r.Applied, "deferred": r.Deferred})
+		if r.Deferred == 0 {
+			return map[string]any{"rounds": per, "done_in_rounds": i + 1, "done_after_first_s": r.At.Sub(rounds[0].At).Seconds()}
+		}
+	}
+	return map[string]any{"rounds": per, "done_in_rounds": 0}
 }
 
 func cmpErr(first, err error) error {

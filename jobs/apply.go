@@ -1,11 +1,13 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,7 +22,9 @@ import (
 // new GPUs are still taken (the plan's vacate jobs, or a job behind a
 // write that failed) is set aside and stopped first, as Plan.Vacate says.
 // If ctx ends, the writes done are kept and the rest left to the next
-// round.
+// round. The writes that scale jobs to zero are bounded in time (see
+// scaleToZero); while jobs Nomad queued are left at their count, no
+// other change is written.
 func (c *Controller) apply(ctx context.Context, r *round, p Plan) {
 	hold := c.fenced(ctx, r, p)
 	writes := !p.DryRun && hold == ""
@@ -29,7 +33,7 @@ func (c *Controller) apply(ctx context.Context, r *round, p Plan) {
 		running[i] = e.job.Running
 	}
 	free := newOccupancy(r.in.Nodes, running)
-	done := c.scaleToZero(ctx, r, p, hold, writes, free)
+	done, left := c.scaleToZero(ctx, r, p, hold, writes, free)
 	var changes []*Step
 	for i := range p.Steps {
 		if c.interrupted(ctx, i, len(p.Steps)) {
@@ -37,6 +41,13 @@ func (c *Controller) apply(ctx context.Context, r *round, p Plan) {
 		}
 		s := &p.Steps[i]
 		if done[i] {
+			continue
+		}
+		if writes && s.Change && left > 0 {
+			// Rewriting a job that runs frees its GPUs (Nomad replaces
+			// its allocations), and Nomad would start a queued job there
+			// before the one the policy chose.
+			c.deferStep(r.entries[s.Index], s, fmt.Sprintf("deferred: %d jobs Nomad queued are still to be scaled to zero first (Nomad would start them on the GPUs a change frees); decided again next round", left))
 			continue
 		}
 		if writes && s.Change {
@@ -105,14 +116,20 @@ func (c *Controller) writeWaves(ctx context.Context, r *round, p Plan, changes [
 
 // scaleToZero writes the changes that give a job no GPUs: they only free
 // GPUs, so they neither wait for nor block another step (a first round
-// scales every job the policy leaves waiting to zero: most of 2,000
-// jobs). Their intents are saved in batched transactions first (the
-// write-ahead), then the Nomad writes go out with at most
-// zeroConcurrency in flight, then their outcomes are saved in batches. It
-// returns the steps it settled.
-func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold string, writes bool, free occupancy) map[int]bool {
+// adopting jobs Nomad queued scales every job the policy leaves waiting
+// to zero: most of 2,000 jobs). The jobs that hold no GPUs go first
+// (while one of them is queued at its author's count, Nomad would start
+// it on any GPU another write frees), then those that run. They go in
+// chunks: each chunk's intents are saved in batched transactions (the
+// write-ahead), then its Nomad writes go out with at most
+// zeroConcurrency in flight, then its outcomes are saved in batches. No
+// chunk begins once the round has spent c.parkBudget on them; the steps
+// left are deferred to the next round. It returns the steps it settled
+// or deferred, and how many of the deferred ones hold no GPUs (while
+// any is left, the caller defers every other change).
+func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold string, writes bool, free occupancy) (map[int]bool, int) {
 	if !writes {
-		return nil
+		return nil, 0
 	}
 	var idx []int
 	for i := range p.Steps {
@@ -121,9 +138,46 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 		}
 	}
 	if len(idx) < 2 {
-		return nil
+		return nil, 0
 	}
+	holds := func(i int) bool { return len(r.entries[p.Steps[i].Index].job.Running) > 0 }
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Compare(b2i(holds(a)), b2i(holds(b)))
+	})
 	done := make(map[int]bool, len(idx))
+	t0 := time.Now()
+	waiting := 0 // jobs written to zero that had no placement (logged)
+	var rest []int
+	for start := 0; start < len(idx); start += zeroChunkSize {
+		if start > 0 && (time.Since(t0) >= c.parkBudget || ctx.Err() != nil) {
+			rest = idx[start:]
+			break
+		}
+		waiting += c.zeroChunk(ctx, r, p, idx[start:min(start+zeroChunkSize, len(idx))], done, free)
+	}
+	if waiting > 0 {
+		c.log.Info("scaled waiting jobs to zero until the policy gives them GPUs", "jobs", waiting, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	left := 0
+	for _, i := range rest {
+		if !holds(i) {
+			left++
+		}
+	}
+	for _, i := range rest {
+		done[i] = true
+		s := &p.Steps[i]
+		c.deferStep(r.entries[s.Index], s, fmt.Sprintf("deferred: the round's %s for scaling jobs to zero is spent (%d of them left); decided again next round", c.parkBudget, len(rest)))
+	}
+	if len(rest) > 0 {
+		c.log.Info("left jobs to scale to zero to the next round", "left", len(rest), "holding_no_gpus", left, "budget", c.parkBudget)
+	}
+	return done, left
+}
+
+// zeroChunk scales one chunk of jobs to zero (see scaleToZero) and
+// returns how many of them had no placement.
+func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int, done map[int]bool, free occupancy) int {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout+time.Duration(len(idx)/zeroConcurrency+1)*time.Second)
 	defer cancel()
 	intents := make([]KVPair, 0, len(idx))
@@ -145,7 +199,7 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, zeroConcurrency)
 	var outcomes []KVPair
-	waiting := 0 // jobs written to zero that had no placement (logged at debug)
+	waiting := 0
 	for _, i := range idx {
 		s := &p.Steps[i]
 		e := r.entries[s.Index]
@@ -182,15 +236,27 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 		}()
 	}
 	wg.Wait()
-	if waiting > 0 {
-		c.log.Info("scaled waiting jobs to zero until the policy gives them GPUs", "jobs", waiting)
-	}
 	if failed, err := c.putMany(actx, outcomes); err != nil && !c.kvDown(err) {
 		// The intents stay recorded; the next round's reconcile completes them.
 		c.log.Warn("failed to record the outcome of writes", "jobs", len(failed), "error", err)
 		c.metrics.incError("write_state")
 	}
-	return done
+	return waiting
+}
+
+// deferStep records a step's decision in the job's status without
+// writing it: why says what it waits for. Nothing is recorded in the
+// job's state; the next round decides again.
+func (c *Controller) deferStep(e *entry, s *Step, why string) {
+	c.begin1(e, s)
+	e.st.Error = why
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fenced returns why no job may change this round: Consul failed during

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,18 @@ type Options struct {
 	// policy.TraitsOf); tests of a scripted policy pass the traits it
 	// stands in for.
 	Traits func(name string) (policy.Traits, error)
+	// ParkBudget bounds how long a round spends scaling the jobs the
+	// policy leaves waiting to zero before it leaves the rest to the next
+	// round (default DefaultParkBudget); writes begun are finished.
+	ParkBudget time.Duration
 }
+
+// DefaultParkBudget is how long a round spends at most scaling waiting
+// jobs to zero. A controller adopting 2,000 jobs Nomad queued at count 1
+// must write each once (a check-and-set registration: about 100 per
+// second on a 2-core machine's Nomad); spreading them over rounds keeps
+// every round, the first too, within its interval.
+const DefaultParkBudget = 4 * time.Second
 
 // Controller runs scheduling rounds. Round is not safe for concurrent use;
 // SetConfig may be called at any time and applies from the next round.
@@ -64,9 +76,11 @@ type Controller struct {
 	newPolicy func(name string, s policy.Settings) (policy.Policy, error)
 	oracle    func(job Job, spec Spec) policy.Oracle
 	fence     func(ctx context.Context) error
-	states    map[JobRef]*State
-	round     int64
-	lastTime  time.Time
+	// parkBudget is Options.ParkBudget.
+	parkBudget time.Duration
+	states     map[JobRef]*State
+	round      int64
+	lastTime   time.Time
 	// dirty asks the next round to save every job's state (Consul lost
 	// what it had, see TakeOver).
 	dirty bool
@@ -126,7 +140,7 @@ func New(cfg Config, o Options) (*Controller, error) {
 	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
-		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence,
+		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence, parkBudget: cmp.Or(o.ParkBudget, DefaultParkBudget),
 		policies: map[string]cachedPolicy{}, newPolicy: o.NewPolicy,
 		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap, traitsOf: o.Traits,
 	}, nil
@@ -196,6 +210,17 @@ type ListedReader interface {
 // run, not one per job.
 type ParkedReader interface {
 	ReadParked(ctx context.Context, ref JobRef, parkedAt uint64) (Job, error)
+}
+
+// QueuedReader is implemented by a ListedReader that can describe from
+// its job list alone a job its author submitted, nobody changed since,
+// and Nomad queued without placing any of it (nomad.Client): such a job
+// holds no GPUs and asks for at least one, which is all the policy needs
+// besides its meta; its spec is read when a write needs it. It reads the
+// job as ReadListed does otherwise. A controller adopting thousands of
+// queued jobs then reads only the specs of the jobs that run.
+type QueuedReader interface {
+	ReadQueued(ctx context.Context, ref JobRef) (Job, error)
 }
 
 // ListedNodes is implemented by a Cluster that can list the nodes more

@@ -59,6 +59,10 @@ type Job struct {
 	// (no worker group, several groups and no pollux_group, no device
 	// request of the configured type, ...). The controller skips the job.
 	Problem string
+	// Listed is true when the job was described from the cluster's job
+	// list without reading its spec (QueuedReader): a problem in the spec
+	// is then unknown until a write reads it.
+	Listed bool
 }
 
 // Node is a schedulable Nomad node and its GPUs.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/jobs/jobstest"
@@ -116,4 +118,80 @@ func TestReadParked(t *testing.T) {
 	three := newController("three")
 	three.TakeOver(context.Background())
 	check("pending write", three, map[jobs.JobRef]bool{refs[5]: true})
+}
+
+// TestParkBudget: a round that must scale more queued jobs to zero than
+// its budget allows writes them a chunk at a time, the jobs that hold no
+// GPUs first, and defers every other change (a job that runs would free
+// GPUs Nomad could give a queued job) until none is left; the rounds
+// after it finish the work, and then the deferred changes are written.
+func TestParkBudget(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 2})
+	c, err := jobs.New(f.cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "one", Fence: f.lock.Verify,
+		NewPolicy:  func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+		Traits:     policy.TraitsOf,
+		ParkBudget: time.Nanosecond, // one chunk a round
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.TakeOver(context.Background())
+	const n = 300
+	refs := make([]jobs.JobRef, n)
+	for i := range refs {
+		refs[i] = f.submit(fmt.Sprintf("p%03d", i), 1)
+	}
+	// Nomad ran the first two; the policy keeps p000, stops p001 and
+	// gives its GPU to p002, which Nomad queued.
+	f.policy.set(map[string][]string{"p000": {"n1"}, "p002": {"n1"}})
+	parked := func() (queued, zero int) {
+		for _, ref := range refs[3:] {
+			if j := f.job(ref); j.Unshaped {
+				queued++
+			} else if len(j.Placement) == 0 {
+				zero++
+			}
+		}
+		return queued, zero
+	}
+	deferred := func(st *jobs.Status, id string) bool {
+		for _, j := range st.Jobs {
+			if j.Job == "default/"+id {
+				return strings.HasPrefix(j.Error, "deferred: ") && !j.Applied
+			}
+		}
+		t.Fatalf("no status line for %s", id)
+		return false
+	}
+	want := n - 3
+	for round := 1; ; round++ {
+		st := f.round(c)
+		queued, zero := parked()
+		if queued+zero != want {
+			t.Fatalf("round %d: %d queued + %d at zero, want %d jobs", round, queued, zero, want)
+		}
+		if queued > 0 {
+			if zero != round*128 {
+				t.Errorf("round %d: %d jobs at zero, want %d (one chunk a round)", round, zero, round*128)
+			}
+			if len(f.job(refs[1]).Running) != 1 || len(f.job(refs[2]).Running) != 0 {
+				t.Fatalf("round %d: p001 runs %v, p002 runs %v while jobs are still queued; want them unchanged", round, f.job(refs[1]).Running, f.job(refs[2]).Running)
+			}
+			if !deferred(st, "p001") || !deferred(st, "p002") {
+				t.Errorf("round %d: the changes of p001 and p002 are not reported deferred", round)
+			}
+			continue
+		}
+		if deferred(st, "p001") || deferred(st, "p002") {
+			t.Errorf("round %d: changes still deferred with no job queued", round)
+		}
+		if len(f.job(refs[1]).Running) != 0 || len(f.job(refs[2]).Running) != 1 || len(f.job(refs[0]).Running) != 1 {
+			t.Errorf("round %d: p000 %v, p001 %v, p002 %v; want p000 and p002 on n1, p001 stopped", round, f.job(refs[0]).Running, f.job(refs[1]).Running, f.job(refs[2]).Running)
+		}
+		if round != 3 {
+			t.Errorf("the queued jobs were scaled to zero in %d rounds, want 3 (297 in chunks of 128)", round)
+		}
+		break
+	}
 }

@@ -119,13 +119,16 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 	if lr, ok := c.cluster.(ListedReader); ok {
 		read = lr.ReadListed // the round listed the jobs just now
 	}
+	if qr, ok := c.cluster.(QueuedReader); ok {
+		read = qr.ReadQueued // it reads as ReadListed unless queued
+	}
 	if pr, ok := c.cluster.(ParkedReader); ok {
-		listed := read
+		other := read
 		read = func(ctx context.Context, ref JobRef) (Job, error) {
 			if at := c.parkedAt(ref); at > 0 {
 				return pr.ReadParked(ctx, ref, at)
 			}
-			return listed(ctx, ref)
+			return other(ctx, ref)
 		}
 	}
 	sem := make(chan struct{}, readConcurrency)

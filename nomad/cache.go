@@ -42,6 +42,14 @@ type listed struct {
 	stop           bool
 	// meta is the job's meta block as listed (the list asks for it).
 	meta map[string]string
+	// createIndex and submitTime (of the current version, Unix ns) let
+	// ReadQueued tell a job never changed since its author submitted it
+	// (createIndex == jobModifyIndex) and when that was.
+	createIndex uint64
+	submitTime  int64
+	// queued and placed sum the job summary's queued allocations and its
+	// starting and running ones over the groups.
+	queued, placed int
 }
 
 // cachedSpec is a job's spec as read at one JobModifyIndex.
@@ -86,7 +94,14 @@ func (rc *readCache) recordList(stubs []*api.JobListStub, managed func(string) b
 		if !managed(ns) {
 			continue
 		}
-		seen[jobs.JobRef{Namespace: ns, ID: s.ID}] = listed{jobModifyIndex: s.JobModifyIndex, status: s.Status, stop: s.Stop, meta: s.Meta}
+		l := listed{jobModifyIndex: s.JobModifyIndex, status: s.Status, stop: s.Stop, meta: s.Meta, createIndex: s.CreateIndex, submitTime: s.SubmitTime}
+		if s.JobSummary != nil {
+			for _, g := range s.JobSummary.Summary {
+				l.queued += g.Queued
+				l.placed += g.Starting + g.Running
+			}
+		}
+		seen[jobs.JobRef{Namespace: ns, ID: s.ID}] = l
 	}
 	rc.listed = seen
 	for ref := range rc.specs {

@@ -78,3 +78,6 @@ func (c *Client) SpecCached(ref jobs.JobRef) bool {
 // ParkedReads is how many jobs ReadParked described from the list alone
 // (for the external tests).
 func (c *Client) ParkedReads() int64 { return c.parked.Load() }
+
+// QueuedReads is how many jobs ReadQueued described from the list alone.
+func (c *Client) QueuedReads() int64 { return c.queued.Load() }

@@ -76,8 +76,9 @@ type Client struct {
 	log hclog.Logger
 	// cache lets steady-state rounds re-read only what changed (cache.go).
 	cache readCache
-	// parked counts the jobs ReadParked described from the list alone.
-	parked atomic.Int64
+	// parked and queued count the jobs ReadParked and ReadQueued
+	// described from the list alone.
+	parked, queued atomic.Int64
 	// typeMu guards src and models: the GPU type source and each node's
 	// model name read from its meta or attributes, by node ID, kept while
 	// the node's ModifyIndex stays the same.
@@ -302,6 +303,53 @@ func (c *Client) ReadParked(ctx context.Context, ref jobs.JobRef, parkedAt uint6
 		Status:         l.status,
 		Stopped:        l.stop,
 		SubmitTime:     submit.UTC(),
+	}, nil
+}
+
+// ReadQueued reads a job as ReadListed does, except that a job its
+// author submitted and nobody changed since (the last ListJobs shows its
+// JobModifyIndex equal to its CreateIndex: every write, the controller's
+// too, moves it), whose summary shows allocations Nomad queued and none
+// starting or running, and of which no placed allocation is listed, is
+// described from the list alone: its meta, index, status and submission
+// time, no placement, Unshaped (its count is at least 1: Nomad queued
+// it) and Listed. Its spec is read when a write needs it (Apply), and a
+// problem in the spec shows then. A controller adopting thousands of
+// jobs Nomad queued reads only the specs of those that run in its first
+// round. A spec cached at the index is used as ReadListed would.
+func (c *Client) ReadQueued(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	ref.Namespace = namespace(ref)
+	l, ok, cached := c.cache.listing(ref)
+	if !ok || cached || l.stop || l.createIndex != l.jobModifyIndex || l.queued == 0 || l.placed > 0 ||
+		l.meta[contract.MetaEnabled] != "true" || l.submitTime <= 0 {
+		return c.read(ctx, ref, true)
+	}
+	submit := time.Unix(0, l.submitTime).UTC()
+	if s, ok := l.meta[contract.MetaSubmitTime]; ok {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return c.read(ctx, ref, true) // the full read warns about it
+		}
+		submit = t.UTC()
+	}
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
+	allocs, err := c.placedAllocs(ctx, ref)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if len(allocs) > 0 {
+		return c.read(ctx, ref, true)
+	}
+	c.queued.Add(1)
+	return jobs.Job{
+		JobRef:         ref,
+		Meta:           maps.Clone(l.meta),
+		JobModifyIndex: l.jobModifyIndex,
+		Status:         l.status,
+		SubmitTime:     submit,
+		Unshaped:       true,
+		Listed:         true,
 	}, nil
 }
 
