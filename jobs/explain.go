@@ -103,12 +103,12 @@ func Explain(in ExplainInput) Explanation {
 			x.Efficiency = in.Fit.Efficiency(float64(in.BatchSize))
 		}
 	}
-	held := strings.HasPrefix(in.Error, "held: ")
+	held := strings.HasPrefix(in.Error, "held: ") || strings.HasPrefix(in.Error, "deferred: ")
 	switch {
 	case in.Conflict:
 		x.Reason, x.Message = contract.ReasonConflict, "the job changed since it was read (an operator's edit): their version stays, decided again next round"
 	case held:
-		x.Reason, x.Message = contract.ReasonHeld, "no change this round: "+strings.TrimPrefix(firstLineOf(in.Error), "held: ")
+		x.Reason, x.Message = contract.ReasonHeld, "no change this round: "+strings.TrimPrefix(strings.TrimPrefix(firstLineOf(in.Error), "held: "), "deferred: ")
 	case in.Fit == nil && strings.HasPrefix(in.Error, "not placed"):
 		x.Reason, x.Message = contract.ReasonCapacity, firstLineOf(in.Error)
 	case in.Fit == nil:

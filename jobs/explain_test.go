@@ -52,6 +52,9 @@ func TestExplainReasons(t *testing.T) {
 		"bad metrics": {in: scheduled(func(in *ExplainInput) { in.Fit = nil; in.Error = "profile[0].step_time: must be finite" }), reason: contract.ReasonBadMetrics, message: []string{"profile[0].step_time"}},
 		"conflict":    {in: scheduled(func(in *ExplainInput) { in.Conflict = true }), reason: contract.ReasonConflict, message: []string{"operator"}},
 		"held":        {in: scheduled(func(in *ExplainInput) { in.Error = "held: consul unreachable this round" }), reason: contract.ReasonHeld, message: []string{"consul unreachable"}},
+		"deferred": {in: scheduled(func(in *ExplainInput) {
+			in.Error = "deferred: 12 jobs Nomad queued are still to be scaled to zero first"
+		}), reason: contract.ReasonHeld, message: []string{"no change this round: 12 jobs Nomad queued"}},
 		"waits for capacity": {
 			in:     scheduled(func(in *ExplainInput) { in.GPUs, in.Nodes, in.BatchSize, in.MinGPUs, in.FreeGPUs = 0, 0, 0, 2, 1 }),
 			reason: contract.ReasonCapacity, message: []string{"needs 2 GPUs", "1 GPU free"},

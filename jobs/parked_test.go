@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/jobs/jobstest"
 	"github.com/pollux-nomad/pollux/policy"
@@ -158,7 +159,7 @@ func TestParkBudget(t *testing.T) {
 	deferred := func(st *jobs.Status, id string) bool {
 		for _, j := range st.Jobs {
 			if j.Job == "default/"+id {
-				return strings.HasPrefix(j.Error, "deferred: ") && !j.Applied
+				return strings.HasPrefix(j.Error, "deferred: ") && !j.Applied && j.Explain != nil && j.Explain.Reason == contract.ReasonHeld
 			}
 		}
 		t.Fatalf("no status line for %s", id)
