@@ -55,14 +55,16 @@ const (
 	PolluxTypedRestartHysteresis = 0.5
 	// PolluxTypedAgeScale (seconds) and PolluxTypedAgePower are the
 	// defaults of AgeWeightScale and AgeWeightPower on a cluster of
-	// several GPU types: a job of age T weighs 3600/(3600 + T) in the
-	// fitness. Measured under -rules sia on the Sia artifact's 3-type
-	// cluster against the typed defaults without weights: sia-philly-1..8
-	// mean average JCT 2339 -> 2258 s (sia 2354 s), restarts per job 3.02
-	// -> 3.43 (sia 3.99); held out, sia-helios-1..10 2661 -> 2595 s (sia
-	// 2681 s), 2.99 -> 3.30 (sia 3.99). Power 0.5 gave 2300 s on philly,
-	// a scale of 1800 s was worse (README, "Age weights").
-	PolluxTypedAgeScale = 3600.0
+	// several GPU types: a job of age T weighs 28800/(28800 + T) in the
+	// fitness. First chosen as 3600 s on sia-philly-1..8 (-rules sia,
+	// the Sia artifact's 3-type cluster; against no weights 2339 -> 2258
+	// s, held-out sia-helios-1..10 2661 -> 2595 s). The 48-hour
+	// sia-newtrace workloads, not used then, showed that a one-hour scale
+	// starves long jobs (sia-newtrace-1 and -2: 1.100x sia, p99 JCT 1.43x
+	// sia's); 28800 s (8 h) gives 1.014x there with sia-philly-1..8 at
+	// 2219 s against 2206 s and fewer restarts (2.32 against 2.57 per
+	// job; 14400 s: 2212 s and 1.035x). README, "Age weights".
+	PolluxTypedAgeScale = 28800.0
 	PolluxTypedAgePower = 1.0
 	// PolluxDefaultStallGenerations and PolluxSmallClusterGPUs are the
 	// size-aware default of StallGenerations. Measured on the artifact's

@@ -54,7 +54,8 @@ func polluxDigest(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string
 // was recorded when the size-aware stall became the default. "messy
 // input" was re-recorded when ties of fitness went to the solution
 // changing the fewest jobs (its flat models tie), "256 GPUs" when growth
-// became exempt from the hysteresis on one-type clusters above 64 GPUs.
+// became exempt from the hysteresis on one-type clusters above 64 GPUs,
+// "typed Sia cluster" when the typed age scale went from 1 h to 8 h.
 func TestPolluxGoldenDecisions(t *testing.T) {
 	tests := map[string]struct {
 		cfg  policy.PolluxConfig
@@ -74,7 +75,7 @@ func TestPolluxGoldenDecisions(t *testing.T) {
 		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "8fa22bf70b8044e9"},
 		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},
-			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "f6a909324967d284"},
+			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "dbaa68495c056037"},
 		"whole nodes, growth limit": {cfg: policy.PolluxConfig{Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
 			in: policytest.ClusterInput(3, 16, 4, 40), want: "d16fb4a124bb55d6"},
 	}

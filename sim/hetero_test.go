@@ -27,17 +27,18 @@ type heteroVariant struct {
 
 // TestHetero compares the type-aware pollux with sia under -rules sia on
 // the Sia artifact's 3-type cluster (sia-philly-1..8, sia-helios-1..10)
-// and on the homogeneous t4:16x4 (sia-philly-1..8), and logs per workload
+// and on the homogeneous t4:16x4 (sia-philly-1..8), then on the 3-type
+// cluster again sia-newtrace-1..10 (48-hour traces of 960 jobs), and logs per workload
 // the average and p99 JCT, restarts per job, makespan and GPU-hours per
 // job (`make hetero` prints the tables). HETERO_WORKLOADS (a
 // comma-separated list) restricts the workloads and HETERO_TABLES (of
-// 1, 2, 3: the tables in the order above) the tables; HETERO_KNOBS=1 adds
+// 1, 2, 3, 4: the tables in the order above) the tables; HETERO_KNOBS=1 adds
 // the pollux variants with Sia's restrictions (whole nodes, 2x growth),
 // HETERO_START sets sim.Config.ExploreStart for every policy (Sia's rules
 // start a job on one GPU), HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON,
 // label pollux-cfg), and HETERO_VARIANTS keeps only the labels listed.
 // It runs only with POLLUX_HETERO=1 (`make hetero` sets it), so that
-// `make test` stays within CI's time: about 36 simulations of ~30-60 s
+// `make test` stays within CI's time: about 56 simulations of ~20-100 s
 // each on a loaded two-core machine.
 func TestHetero(t *testing.T) {
 	if os.Getenv("POLLUX_HETERO") != "1" {
@@ -74,7 +75,10 @@ func TestHetero(t *testing.T) {
 		variants = keep
 	}
 	siaAt := slices.IndexFunc(variants, func(v heteroVariant) bool { return v.label == "sia" })
-	var philly, helios []string
+	var philly, helios, newtrace []string
+	for i := 1; i <= 10; i++ {
+		newtrace = append(newtrace, fmt.Sprintf("sia-newtrace-%d", i))
+	}
 	for i := 1; i <= 8; i++ {
 		philly = append(philly, fmt.Sprintf("sia-philly-%d", i))
 	}
@@ -91,13 +95,13 @@ func TestHetero(t *testing.T) {
 			}
 			return out
 		}
-		philly, helios = keep(philly), keep(helios)
+		philly, helios, newtrace = keep(philly), keep(helios), keep(newtrace)
 	}
 	const hetero = "t4:6x4,rtx2080ti:3x8,a100:2x8"
 	tables := []struct {
 		cluster   string
 		workloads []string
-	}{{hetero, philly}, {hetero, helios}, {"t4:16x4", philly}}
+	}{{hetero, philly}, {hetero, helios}, {"t4:16x4", philly}, {hetero, newtrace}}
 	for ti, tb := range tables {
 		if only := os.Getenv("HETERO_TABLES"); only != "" && !strings.Contains(","+only+",", fmt.Sprintf(",%d,", ti+1)) {
 			continue
