@@ -149,7 +149,11 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 	waiting := 0 // jobs written to zero that had no placement (logged)
 	var rest []int
 	for start := 0; start < len(idx); start += zeroChunkSize {
-		if start > 0 && (time.Since(t0) >= c.parkBudget || ctx.Err() != nil) {
+		if ctx.Err() != nil {
+			c.interrupted(ctx, start, len(idx))
+			return done, 0 // the caller stops at its next step
+		}
+		if start > 0 && time.Since(t0) >= c.parkBudget {
 			rest = idx[start:]
 			break
 		}
