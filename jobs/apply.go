@@ -1,13 +1,11 @@
 package jobs
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -131,19 +129,21 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 	if !writes {
 		return nil, 0
 	}
-	var idx []int
+	holds := func(i int) bool { return len(r.entries[p.Steps[i].Index].job.Running) > 0 }
+	var idx, running []int // the jobs holding no GPUs, then the others
 	for i := range p.Steps {
 		if s := &p.Steps[i]; s.Change && len(s.Placement) == 0 && !s.Vacate {
-			idx = append(idx, i)
+			if holds(i) {
+				running = append(running, i)
+			} else {
+				idx = append(idx, i)
+			}
 		}
 	}
+	idx = append(idx, running...)
 	if len(idx) < 2 {
 		return nil, 0
 	}
-	holds := func(i int) bool { return len(r.entries[p.Steps[i].Index].job.Running) > 0 }
-	slices.SortStableFunc(idx, func(a, b int) int {
-		return cmp.Compare(b2i(holds(a)), b2i(holds(b)))
-	})
 	done := make(map[int]bool, len(idx))
 	t0 := time.Now()
 	waiting := 0 // jobs written to zero that had no placement (logged)
@@ -167,8 +167,6 @@ func (c *Controller) scaleToZero(ctx context.Context, r *round, p Plan, hold str
 		if !holds(i) {
 			left++
 		}
-	}
-	for _, i := range rest {
 		done[i] = true
 		s := &p.Steps[i]
 		c.deferStep(r.entries[s.Index], s, fmt.Sprintf("deferred: the round's %s for scaling jobs to zero is spent (%d of them left); decided again next round", c.parkBudget, len(rest)))
@@ -254,13 +252,6 @@ func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int,
 func (c *Controller) deferStep(e *entry, s *Step, why string) {
 	c.begin1(e, s)
 	e.st.Error = why
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // fenced returns why no job may change this round: Consul failed during

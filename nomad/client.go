@@ -286,24 +286,7 @@ func (c *Client) ReadParked(ctx context.Context, ref jobs.JobRef, parkedAt uint6
 	if !ok || cached || parkedAt == 0 || l.jobModifyIndex != parkedAt || l.meta[contract.MetaEnabled] != "true" || terr != nil {
 		return c.read(ctx, ref, true)
 	}
-	ctx, cancel := c.bounded(ctx, 0)
-	defer cancel()
-	allocs, err := c.placedAllocs(ctx, ref)
-	if err != nil {
-		return jobs.Job{}, err
-	}
-	if len(allocs) > 0 {
-		return c.read(ctx, ref, true) // still stopping: what runs needs the spec's groups
-	}
-	c.parked.Add(1)
-	return jobs.Job{
-		JobRef:         ref,
-		Meta:           maps.Clone(l.meta),
-		JobModifyIndex: l.jobModifyIndex,
-		Status:         l.status,
-		Stopped:        l.stop,
-		SubmitTime:     submit.UTC(),
-	}, nil
+	return c.fromList(ctx, ref, l, submit, false, &c.parked)
 }
 
 // ReadQueued reads a job as ReadListed does, except that a job its
@@ -332,6 +315,14 @@ func (c *Client) ReadQueued(ctx context.Context, ref jobs.JobRef) (jobs.Job, err
 		}
 		submit = t.UTC()
 	}
+	return c.fromList(ctx, ref, l, submit, true, &c.queued)
+}
+
+// fromList describes ref from what the list said of it (l) when none of
+// its allocations is placed (else it reads the job as ReadListed does:
+// what runs needs the spec's groups), counting it in n. queued marks a
+// job Nomad queued at its author's count (Unshaped, Listed).
+func (c *Client) fromList(ctx context.Context, ref jobs.JobRef, l listed, submit time.Time, queued bool, n *atomic.Int64) (jobs.Job, error) {
 	ctx, cancel := c.bounded(ctx, 0)
 	defer cancel()
 	allocs, err := c.placedAllocs(ctx, ref)
@@ -341,15 +332,16 @@ func (c *Client) ReadQueued(ctx context.Context, ref jobs.JobRef) (jobs.Job, err
 	if len(allocs) > 0 {
 		return c.read(ctx, ref, true)
 	}
-	c.queued.Add(1)
+	n.Add(1)
 	return jobs.Job{
 		JobRef:         ref,
 		Meta:           maps.Clone(l.meta),
 		JobModifyIndex: l.jobModifyIndex,
 		Status:         l.status,
-		SubmitTime:     submit,
-		Unshaped:       true,
-		Listed:         true,
+		Stopped:        l.stop,
+		SubmitTime:     submit.UTC(),
+		Unshaped:       queued,
+		Listed:         queued,
 	}, nil
 }
 
