@@ -1,10 +1,12 @@
 package nomad_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
@@ -43,16 +45,7 @@ func TestReadParked(t *testing.T) {
 	})
 
 	// A new leader's adapter: nothing cached.
-	fresh := func() *nomad.Client {
-		a, err := nomad.New(raw, nomad.Config{Device: nomadtest.Device()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := a.ListJobs(ctx, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	fresh := func() *nomad.Client { return listedAdapter(t, ctx, raw) }
 	a := fresh()
 	got, err := a.ReadParked(ctx, r, parkedAt)
 	if err != nil {
@@ -118,3 +111,17 @@ func TestReadParked(t *testing.T) {
 }
 
 func intPtr(n int) *int { return &n }
+
+// listedAdapter is a new leader's adapter (nothing cached) that has
+// listed the jobs, as a round does before it reads them.
+func listedAdapter(t *testing.T, ctx context.Context, raw *api.Client) *nomad.Client {
+	t.Helper()
+	a, err := nomad.New(raw, nomad.Config{Device: nomadtest.Device()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.ListJobs(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

@@ -46,16 +46,7 @@ func TestReadQueued(t *testing.T) {
 		})
 		return id, ref(id)
 	}
-	fresh := func() *nomad.Client {
-		a, err := nomad.New(raw, nomad.Config{Device: nomadtest.Device()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := a.ListJobs(ctx, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	fresh := func() *nomad.Client { return listedAdapter(t, ctx, raw) }
 
 	_, r := queuedJob("queued", 1)
 	a := fresh()
