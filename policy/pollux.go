@@ -195,10 +195,16 @@ type PolluxConfig struct {
 	// MoveRestoring lets the policy change the allocation of a job that
 	// is still restarting on its current one (Job.Restoring) as of any
 	// other running job. The default (false) keeps such a job where it is,
-	// as Sia's preserve_ckpt_allocs: its restart is mostly paid, a move
-	// pays a whole one again before it made any progress, and with
-	// restart times longer than the round interval the search otherwise
-	// moves the same young jobs round after round.
+	// as Sia's preserve_ckpt_allocs: Optimize takes it out of the round's
+	// problem with its GPUs (neither moved nor preempted). Its restart is
+	// mostly paid, a move pays a whole one again before it made any
+	// progress, and with restart times longer than the round interval the
+	// search otherwise moves (or preempts and restarts) the same jobs
+	// round after round. (Before, a restoring job's speedup was floored
+	// when its row changed, which its preemption matched: an old ImageNet
+	// job was started and preempted within its 250-s restore several times
+	// over. Pinning it: sia-philly-1..8 under -rules sia 2175 -> 2163 s,
+	// sia-helios-1..10 2509 -> 2515 s.)
 	MoveRestoring bool
 	// DisableInterferenceAvoidance turns off the repair step that keeps
 	// two distributed jobs off one node. The default (false) avoids
@@ -458,9 +464,20 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		return Allocations{}, nil
 	}
 
+	// A job still restoring on its current allocation keeps it
+	// (MoveRestoring): the round solves for the others, on the GPUs left.
+	var pinned Allocations
+	var pinnedNodes map[string]bool
+	if !p.cfg.MoveRestoring {
+		in, pinned, pinnedNodes = splitRestoring(in)
+		if len(in.Jobs) == 0 {
+			return pinned, nil
+		}
+	}
 	order := polluxJobOrder(in.Jobs)
 	pr := &p.prob
 	p.stats.FallbackBases = pr.setup(in, order, total, p.cfg)
+	pr.pinnedNodes(in, pinnedNodes)
 	nSeeds := p.buildSeeds(in, order)
 	p.stats.Seeds = nSeeds
 
@@ -528,6 +545,9 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 	p.saveStates(in, order)
 
 	out := Allocations{}
+	for id, a := range pinned {
+		out[id] = a
+	}
 	x := &pr.states[best]
 	for j, ji := range order {
 		var alloc []string
@@ -541,6 +561,70 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		}
 	}
 	return out, nil
+}
+
+// splitRestoring takes out of in the jobs still restoring on their
+// current allocation (Job.Restoring with GPUs on known nodes): it returns
+// the input without them and with their GPUs taken off their nodes, their
+// allocations, and the nodes of those among them that span several nodes
+// (for interference avoidance). Pinning them outright, rather than
+// flooring their speedup when their row changes, also keeps them from
+// being preempted: a job restoring for longer than a round was otherwise
+// started, preempted before it made progress and started again.
+func splitRestoring(in Input) (Input, Allocations, map[string]bool) {
+	nodeIdx := make(map[string]int, len(in.Nodes))
+	for i, n := range in.Nodes {
+		nodeIdx[n.ID] = i
+	}
+	var pinned Allocations
+	for _, j := range in.Jobs {
+		if !j.Restoring {
+			continue
+		}
+		for _, id := range in.Current[j.ID] {
+			if _, ok := nodeIdx[id]; ok {
+				if pinned == nil {
+					pinned = Allocations{}
+				}
+				pinned[j.ID] = in.Current[j.ID]
+				break
+			}
+		}
+	}
+	if len(pinned) == 0 {
+		return in, nil, nil
+	}
+	out := Input{Now: in.Now, Current: make(Allocations, len(in.Current))}
+	out.Nodes = slices.Clone(in.Nodes)
+	var multi map[string]bool
+	for id, a := range pinned {
+		var kept []string
+		for _, n := range a {
+			if i, ok := nodeIdx[n]; ok {
+				kept = append(kept, n)
+				out.Nodes[i].GPUs = max(out.Nodes[i].GPUs-1, 0)
+			}
+		}
+		pinned[id] = kept
+		if len(Placement(kept)) > 1 {
+			if multi == nil {
+				multi = map[string]bool{}
+			}
+			for _, n := range kept {
+				multi[n] = true
+			}
+		}
+	}
+	for _, j := range in.Jobs {
+		if _, ok := pinned[j.ID]; ok {
+			continue
+		}
+		out.Jobs = append(out.Jobs, j)
+		if a, ok := in.Current[j.ID]; ok {
+			out.Current[j.ID] = a
+		}
+	}
+	return out, pinned, multi
 }
 
 // polluxCheckInput reports every invalid job and node at once.
@@ -763,6 +847,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.base.start[rows] = int32(len(pr.base.ent))
 	if pr.typed {
 		polluxTypeSpeeds(pr, rows)
+		polluxJobSpeeds(pr, in, order, types)
 	}
 	if cfg.GrowthLimit > 0 {
 		for j := range rows {
@@ -943,6 +1028,39 @@ func polluxTypeSpeeds(pr *polluxProblem, rows int) {
 	}
 }
 
+// polluxJobSpeeds sets pr.jobSpeed: per job and type, the job's probed
+// one-GPU speed (Job.ProbeSpeed) relative to its mean over the types where
+// it has a positive probe on every type, else the cluster's typeSpeed.
+func polluxJobSpeeds(pr *polluxProblem, in Input, order []int, types []string) {
+	nt := pr.ntypes
+	pr.jobSpeed = gaGrow(pr.jobSpeed, len(order)*nt)
+	for j, ji := range order {
+		row := pr.jobSpeed[j*nt : (j+1)*nt]
+		copy(row, pr.typeSpeed[:nt])
+		ps := in.Jobs[ji].ProbeSpeed
+		if len(ps) == 0 {
+			continue
+		}
+		mean := 0.0
+		ok := true
+		for _, name := range types {
+			v := ps[name]
+			if !(v > 0) || math.IsInf(v, 0) {
+				ok = false
+				break
+			}
+			mean += v
+		}
+		if !ok {
+			continue
+		}
+		mean /= float64(nt)
+		for t, name := range types {
+			row[t] = ps[name] / mean
+		}
+	}
+}
+
 // polluxJobRestartFactor is the factor applied to a job's scaled speedup
 // when its allocation changes: the restart factor of Pollux with the
 // job's own restart time (or the configured one), the age capped at
@@ -951,10 +1069,6 @@ func polluxTypeSpeeds(pr *polluxProblem, rows int) {
 func polluxJobRestartFactor(job *Job, running bool, cfg PolluxConfig) float64 {
 	if !running && !cfg.PenalizeStarts {
 		return 1
-	}
-	if running && job.Restoring && !cfg.MoveRestoring {
-		// Any change leaves the job at the 1e-3 floor of the fitness.
-		return 0
 	}
 	delta := cfg.RestartPenalty
 	if job.RestartTime > 0 {
@@ -1017,6 +1131,9 @@ func (p *PolluxPolicy) buildSeeds(in Input, order []int) int {
 		for j, sj := range srcJob {
 			dst.start[j] = int32(len(dst.ent))
 			if sj < 0 {
+				// A job the last round did not see (new, or pinned while
+				// restoring) starts from its current allocation.
+				dst.ent = append(dst.ent, pr.base.ent[pr.base.start[j]:pr.base.start[j+1]]...)
 				continue
 			}
 			r0 := len(dst.ent)

@@ -58,6 +58,14 @@ type polluxProblem struct {
 	// one-GPU goodput on the type over their base (1 where no job has a
 	// model): the stand-in speed of a job without a model.
 	typeSpeed []float64
+	// jobSpeed is, per job and type (row j*ntypes+t), the speed of a job
+	// without a model on the type: its probed one-GPU speed relative to
+	// its mean over the types (Job.ProbeSpeed), else typeSpeed.
+	jobSpeed []float64
+	// cnt0 is, per node, the distributed jobs on it outside the problem
+	// (pinned while restoring): the start of interference avoidance's
+	// count.
+	cnt0 []int32
 	// wholeNodes gives a job spanning several nodes whole nodes only
 	// (PolluxConfig.WholeNodes).
 	wholeNodes bool
@@ -286,7 +294,7 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 		if pr.typed {
 			// Linear, at the type's speed relative to the others as
 			// measured on the jobs that have models (typeSpeed).
-			return float64(k) / pr.fairK * pr.typeSpeed[t]
+			return float64(k) / pr.fairK * pr.jobSpeed[j*pr.ntypes+t]
 		}
 		return float64(k) / pr.fairK
 	}
@@ -298,6 +306,18 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 		return 0
 	}
 	return g / pr.baseGoodput[j]
+}
+
+// pinnedNodes sets cnt0 from the nodes of the distributed jobs taken out
+// of the problem (splitRestoring).
+func (pr *polluxProblem) pinnedNodes(in Input, nodes map[string]bool) {
+	pr.cnt0 = gaGrow(pr.cnt0, pr.cols)
+	for n, node := range in.Nodes {
+		pr.cnt0[n] = 0
+		if nodes[node.ID] {
+			pr.cnt0[n] = 1
+		}
+	}
 }
 
 // ensure makes room for slots states.
@@ -655,6 +675,7 @@ func (pr *polluxProblem) repairEvalWith(wk *polluxWorker, rng *rand.Rand, s int3
 	clear(colsum)
 	if avoid {
 		clear(cnt)
+		copy(cnt, pr.cnt0)
 	}
 	var acc, util float64
 	var hash uint64

@@ -637,6 +637,59 @@ func TestPolluxKeepsRestoringJob(t *testing.T) {
 	}
 }
 
+// TestPolluxKeepsRestoringJobFromPreemption: an old job still restoring on
+// its GPUs keeps them even when young waiting jobs would use them better
+// (before pinning, the restoring job's speedup only hit the floor when its
+// row changed, and being preempted hit the same floor, so it was started,
+// preempted before it made progress and started again); and a restoring
+// job spanning two nodes keeps other distributed jobs off those nodes.
+func TestPolluxKeepsRestoringJobFromPreemption(t *testing.T) {
+	nodes := policytest.Nodes(2, 4)
+	jobs := []policy.Job{{ID: "old", Age: 1e6, MaxReplicas: 4, NumRestarts: 3, Restoring: true,
+		Goodput: policytest.Synthetic{Serial: 0.9, Parallel: 0.1}}}
+	for i := range 8 {
+		jobs = append(jobs, policy.Job{ID: fmt.Sprintf("young-%d", i), Age: 30, MaxReplicas: 4})
+	}
+	current := policy.Allocations{"old": {"n00", "n00", "n00", "n00"}}
+	for _, move := range []bool{false, true} {
+		p := newPollux(t, policy.PolluxConfig{Seed: 1, MoveRestoring: move})
+		got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes, Current: current})
+		kept := cmp.Equal(got["old"], current["old"])
+		if kept == move {
+			t.Errorf("MoveRestoring %v: restoring job got %v, want kept %v", move, got["old"], !move)
+		}
+	}
+
+	// A distributed restoring job on n00 and n01: a second distributed job
+	// may use n02 and n03 only.
+	nodes = policytest.Nodes(4, 4)
+	jobs = []policy.Job{
+		{ID: "dist", Age: 1e4, MaxReplicas: 4, Restoring: true, Goodput: policytest.Linear()},
+		{ID: "big", Age: 1e4, MaxReplicas: 16, Goodput: policytest.Linear()},
+	}
+	current = policy.Allocations{"dist": {"n00", "n00", "n01", "n01"}}
+	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	in := policy.Input{Now: 1e4, Jobs: jobs, Nodes: nodes, Current: current}
+	got := optimize(t, p, in)
+	if !cmp.Equal(got["dist"], current["dist"]) {
+		t.Errorf("restoring distributed job moved: %v", got["dist"])
+	}
+	if err := policytest.Check(in, got, policytest.CheckOptions{}); err != nil {
+		t.Error(err)
+	}
+	if len(policy.Placement(got["big"])) > 1 {
+		for _, n := range got["big"] {
+			if n == "n00" || n == "n01" {
+				t.Errorf("distributed job placed on a node of the restoring distributed job: %v", got["big"])
+				break
+			}
+		}
+	}
+	if len(got["big"]) < 8 {
+		t.Errorf("big job got %v, want the 8 GPUs of n02 and n03 at least", got["big"])
+	}
+}
+
 // TestPolluxStallGenerations: with StallGenerations a warm round ends
 // once the first front stops changing, well before Generations; with a
 // negative one every generation runs; 0 stalls on a one-type cluster of

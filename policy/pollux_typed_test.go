@@ -75,6 +75,41 @@ func TestPolluxTypedPrefersFastType(t *testing.T) {
 	}
 }
 
+// TestPolluxTypedProbeSpeed: a job that has no model yet is placed by its
+// one-GPU probes (Job.ProbeSpeed) where it has them: on the a100 when the
+// probes say the a100 is faster, on the t4 when they say the t4 is, even
+// where the jobs with models find the a100 fastest; without probes it
+// follows those jobs (the cluster's typeSpeed).
+func TestPolluxTypedProbeSpeed(t *testing.T) {
+	pools := []pt.TypedPool{{Type: "t4", Nodes: 1, GPUs: 4, Speed: 1}, {Type: "a100", Nodes: 1, GPUs: 4, Speed: 3}}
+	for _, tc := range []struct {
+		name  string
+		probe map[string]float64
+		want  string
+	}{
+		{"no probes", nil, "a100"},
+		{"a100 faster", map[string]float64{"t4": 1, "a100": 4}, "a100"},
+		{"t4 faster", map[string]float64{"t4": 4, "a100": 1}, "t4"},
+	} {
+		in := policy.Input{Now: 1e4, Nodes: pt.TypedNodes(pools...), Current: policy.Allocations{}, Jobs: []policy.Job{
+			// A job with models, too small to want more than one GPU.
+			{ID: "modelled", MaxReplicas: 1, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
+			{ID: "new", MaxReplicas: 3, Age: 10, ProbeSpeed: tc.probe},
+		}}
+		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.Optimize(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := out["new"]; len(a) != 3 || a[0][:len(tc.want)] != tc.want {
+			t.Errorf("%s: new job got %v, want 3 GPUs of %s", tc.name, a, tc.want)
+		}
+	}
+}
+
 // TestPolluxTypedDefaults: left zero, FairnessP and RestartHysteresis take
 // the typed defaults (PolluxTypedFairnessP, PolluxTypedRestartHysteresis)
 // on a cluster of several GPU types and the one-type defaults elsewhere;

@@ -67,6 +67,12 @@ type Job struct {
 	// such a job's allocation (its simulator's preserve_ckpt_allocs);
 	// other policies ignore it.
 	Restoring bool
+	// ProbeSpeed is, on a heterogeneous cluster, the job's one-GPU
+	// throughput per GPU type (Node.Type) as probed when it arrived, before
+	// it has run (Sia, SOSP '23, §3.3 profiles one GPU of each type); only
+	// the ratios matter. A policy may use it to choose the first type of a
+	// job without a model; nil where no probes were taken.
+	ProbeSpeed map[string]float64
 }
 
 // GoodputOn returns the job's goodput model on GPU type t: its typed model

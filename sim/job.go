@@ -344,6 +344,12 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explor
 			}
 		}
 	}
+	if pj.Goodput == nil && pj.TypedGoodput == nil && len(types) > 1 && traits.TypeAware && !traits.ProjectedGoodput {
+		pj.ProbeSpeed = make(map[string]float64, len(types))
+		for _, t := range types {
+			pj.ProbeSpeed[t] = app.OneGPUThroughput(t)
+		}
+	}
 	if app.Name == "ncf" {
 		// Both artifacts run NCF on one GPU only.
 		pj.MaxReplicas = 1

@@ -170,8 +170,29 @@ func TestTypedClusterShortRun(t *testing.T) {
 						}
 					}
 				}
+				// Jobs without a model carry their one-GPU probes per type
+				// (Job.ProbeSpeed) for pollux; no other policy gets them, nor
+				// a job that has a model.
+				probed := 0
+				for _, in := range rec.inputs {
+					for _, j := range in.Jobs {
+						if j.ProbeSpeed == nil {
+							continue
+						}
+						probed++
+						if name != "pollux" || j.TypedGoodput != nil || j.Goodput != nil {
+							t.Fatalf("job %s (%s): probes %v with models %v", j.ID, name, j.ProbeSpeed, j.TypedGoodput)
+						}
+						if len(j.ProbeSpeed) != 3 || !(j.ProbeSpeed["a100"] > j.ProbeSpeed["t4"]) {
+							t.Fatalf("job %s: probes %v, want 3 types with the A100 faster than the T4", j.ID, j.ProbeSpeed)
+						}
+					}
+				}
 				if name != "pollux" {
 					return
+				}
+				if probed == 0 {
+					t.Error("no job without a model carried its probes")
 				}
 				fitted, boot := 0, 0
 				for _, in := range rec.inputs {
