@@ -577,44 +577,40 @@ func splitRestoring(in Input) (Input, Allocations, map[string]bool) {
 		nodeIdx[n.ID] = i
 	}
 	var pinned Allocations
+	var nodes []Node
+	var multi map[string]bool
 	for _, j := range in.Jobs {
 		if !j.Restoring {
 			continue
 		}
+		var kept []string
 		for _, id := range in.Current[j.ID] {
-			if _, ok := nodeIdx[id]; ok {
-				if pinned == nil {
+			if i, ok := nodeIdx[id]; ok {
+				if nodes == nil {
+					nodes = slices.Clone(in.Nodes)
 					pinned = Allocations{}
 				}
-				pinned[j.ID] = in.Current[j.ID]
-				break
+				kept = append(kept, id)
+				nodes[i].GPUs = max(nodes[i].GPUs-1, 0)
 			}
 		}
-	}
-	if len(pinned) == 0 {
-		return in, nil, nil
-	}
-	out := Input{Now: in.Now, Current: make(Allocations, len(in.Current))}
-	out.Nodes = slices.Clone(in.Nodes)
-	var multi map[string]bool
-	for id, a := range pinned {
-		var kept []string
-		for _, n := range a {
-			if i, ok := nodeIdx[n]; ok {
-				kept = append(kept, n)
-				out.Nodes[i].GPUs = max(out.Nodes[i].GPUs-1, 0)
-			}
+		if len(kept) == 0 {
+			continue
 		}
-		pinned[id] = kept
+		pinned[j.ID] = kept
 		if len(Placement(kept)) > 1 {
 			if multi == nil {
 				multi = map[string]bool{}
 			}
-			for _, n := range kept {
-				multi[n] = true
+			for _, id := range kept {
+				multi[id] = true
 			}
 		}
 	}
+	if pinned == nil {
+		return in, nil, nil
+	}
+	out := Input{Now: in.Now, Nodes: nodes, Current: make(Allocations, len(in.Current))}
 	for _, j := range in.Jobs {
 		if _, ok := pinned[j.ID]; ok {
 			continue
