@@ -564,7 +564,8 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 }
 
 // splitRestoring takes out of in the jobs still restoring on their
-// current allocation (Job.Restoring with GPUs on known nodes): it returns
+// current allocation (Job.Restoring with GPUs on known nodes, within its
+// replica bounds and the nodes' capacities): it returns
 // the input without them and with their GPUs taken off their nodes, their
 // allocations, and the nodes of those among them that span several nodes
 // (for interference avoidance). Pinning them outright, rather than
@@ -585,17 +586,32 @@ func splitRestoring(in Input) (Input, Allocations, map[string]bool) {
 		}
 		var kept []string
 		for _, id := range in.Current[j.ID] {
-			if i, ok := nodeIdx[id]; ok {
-				if nodes == nil {
-					nodes = slices.Clone(in.Nodes)
-					pinned = Allocations{}
-				}
+			if _, ok := nodeIdx[id]; ok {
 				kept = append(kept, id)
-				nodes[i].GPUs = max(nodes[i].GPUs-1, 0)
 			}
 		}
-		if len(kept) == 0 {
+		// A job whose allocation no longer fits its bounds (an operator
+		// changed them) or the nodes (a node lost GPUs) is not pinned:
+		// the round decides it as any other.
+		if len(kept) == 0 || len(kept) < j.MinReplicas || len(kept) > j.MaxReplicas {
 			continue
+		}
+		if nodes == nil {
+			nodes = slices.Clone(in.Nodes)
+		}
+		fits := true
+		for _, id := range kept {
+			nodes[nodeIdx[id]].GPUs--
+			fits = fits && nodes[nodeIdx[id]].GPUs >= 0
+		}
+		if !fits {
+			for _, id := range kept {
+				nodes[nodeIdx[id]].GPUs++
+			}
+			continue
+		}
+		if pinned == nil {
+			pinned = Allocations{}
 		}
 		pinned[j.ID] = kept
 		if len(Placement(kept)) > 1 {

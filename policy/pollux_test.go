@@ -688,6 +688,21 @@ func TestPolluxKeepsRestoringJobFromPreemption(t *testing.T) {
 	if len(got["big"]) < 8 {
 		t.Errorf("big job got %v, want the 8 GPUs of n02 and n03 at least", got["big"])
 	}
+
+	// A restoring job whose bounds an operator lowered below what it holds,
+	// and one on a node that has since lost GPUs, are not pinned: the
+	// answer respects the bounds and the capacities.
+	nodes = []policy.Node{{ID: "n00", GPUs: 4}, {ID: "n01", GPUs: 1}}
+	jobs = []policy.Job{
+		{ID: "capped", Age: 1e4, MaxReplicas: 1, Restoring: true, Goodput: policytest.Linear()},
+		{ID: "shrunk", Age: 1e4, MaxReplicas: 4, Restoring: true, Goodput: policytest.Linear()},
+	}
+	current = policy.Allocations{"capped": {"n00", "n00", "n00"}, "shrunk": {"n01", "n01", "n01"}}
+	in = policy.Input{Now: 1e4, Jobs: jobs, Nodes: nodes, Current: current}
+	got = optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1}), in)
+	if err := policytest.Check(in, got, policytest.CheckOptions{}); err != nil {
+		t.Errorf("restoring jobs out of bounds or capacity: %v", err)
+	}
 }
 
 // TestPolluxStallGenerations: with StallGenerations a warm round ends
