@@ -62,14 +62,7 @@ func TestPolluxTypedPrefersFastType(t *testing.T) {
 	in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
 		{ID: "a", MaxReplicas: 8, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 	}}
-	p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := p.Optimize(context.Background(), in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := optimizeOnce(t, policy.PolluxConfig{Seed: 1}, in)
 	if a := out["a"]; len(a) != 8 || a[0][:4] != "a100" {
 		t.Fatalf("allocation %v, want 8 GPUs of a100", a)
 	}
@@ -96,14 +89,7 @@ func TestPolluxTypedProbeSpeed(t *testing.T) {
 			{ID: "modelled", MaxReplicas: 1, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 			{ID: "new", MaxReplicas: 3, Age: 10, ProbeSpeed: tc.probe},
 		}}
-		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := p.Optimize(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := optimizeOnce(t, policy.PolluxConfig{Seed: 1}, in)
 		if a := out["new"]; len(a) != 3 || a[0][:len(tc.want)] != tc.want {
 			t.Errorf("%s: new job got %v, want 3 GPUs of %s", tc.name, a, tc.want)
 		}
