@@ -36,7 +36,8 @@ type heteroVariant struct {
 // the pollux variants with Sia's restrictions (whole nodes, 2x growth),
 // HETERO_START sets sim.Config.ExploreStart for every policy (Sia's rules
 // start a job on one GPU), HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON,
-// label pollux-cfg), and HETERO_VARIANTS keeps only the labels listed.
+// label pollux-cfg), HETERO_SEED the pollux variants' GA seed (default
+// 1), and HETERO_VARIANTS keeps only the labels listed.
 // It runs only with POLLUX_HETERO=1 (`make hetero` sets it), so that
 // `make test` stays within CI's time: about 56 simulations of ~20-100 s
 // each on a loaded two-core machine.
@@ -179,6 +180,11 @@ func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application
 	if v.name == "pollux" {
 		cfg := v.pollux
 		cfg.Seed = 1
+		if e := os.Getenv("HETERO_SEED"); e != "" {
+			if cfg.Seed, err = strconv.ParseInt(e, 10, 64); err != nil {
+				return results.Summary{}, fmt.Errorf("HETERO_SEED: %w", err)
+			}
+		}
 		pol, err = policy.NewPollux(cfg)
 	} else {
 		pol, err = sim.NewPolicyFor(v.name, 1, sim.RulesSia)
