@@ -65,7 +65,16 @@ const (
 	// 2219 s against 2206 s and fewer restarts (2.32 against 2.57 per
 	// job; 14400 s: 2212 s and 1.035x). README, "Age weights".
 	PolluxTypedAgeScale = 28800.0
-	PolluxTypedAgePower = 1.0
+	// PolluxTypedStandInKnee and PolluxStandInKneeSlope are the default
+	// StandInKnee and the slope past it. Measured under -rules sia on the
+	// 3-type cluster with a first allocation of up to 16 GPUs (against a
+	// linear stand-in and up to 4): sia-philly-1..8 at GA seeds 1, 2, 3
+	// 2163, 2189, 2176 -> 2147, 2165, 2160 s (each seed lower) with 2.07
+	// -> 1.95 restarts per job; sia-helios-1..10 2515 -> 2485 s;
+	// slope 0.3 2153 s, 0.7 2164 s (seed 1). README, "Knee".
+	PolluxTypedStandInKnee = 4
+	PolluxStandInKneeSlope = 0.5
+	PolluxTypedAgePower    = 1.0
 	// PolluxDefaultStallGenerations and PolluxSmallClusterGPUs are the
 	// size-aware default of StallGenerations. Measured on the artifact's
 	// 64-GPU cluster: a warm round 24-30 ms -> 13 ms; the eight artifact
@@ -257,6 +266,15 @@ type PolluxConfig struct {
 	// gives every job weight 1 (the artifact's fitness).
 	AgeWeightScale float64
 	AgeWeightPower float64
+	// StandInKnee K is where the linear stand-in speedup of a job without
+	// a model on a cluster of several GPU types bends: past K GPUs each
+	// further GPU counts PolluxStandInKneeSlope of one, so that a new job
+	// given a first allocation of more than K GPUs (the simulator's
+	// typed TypedStartReplicas, 16) takes them mostly where nobody else
+	// gains as much, and otherwise starts on K and grows once profiled.
+	// 0 means PolluxTypedStandInKnee (4); a negative value keeps the
+	// stand-in linear. One GPU type: always linear (the artifact's).
+	StandInKnee int
 
 	// typedP and typedH are FairnessP and RestartHysteresis on a cluster
 	// of several GPU types, typedTau and typedAlpha AgeWeightScale and
@@ -755,8 +773,14 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	types := GPUTypes(in.Nodes)
 	nt := len(types)
 	pr.ntypes, pr.typed = nt, nt > 1
+	pr.knee = 0
 	if pr.typed {
 		// The defaults of several GPU types (PolluxTypedFairnessP).
+		pr.knee = cfg.StandInKnee
+		if pr.knee == 0 {
+			pr.knee = PolluxTypedStandInKnee
+		}
+		pr.knee = max(pr.knee, 0)
 		cfg.FairnessP, cfg.RestartHysteresis = cfg.typedP, cfg.typedH
 		pr.p = cfg.FairnessP
 		cfg.AgeWeightScale, cfg.AgeWeightPower = cfg.typedTau, cfg.typedAlpha

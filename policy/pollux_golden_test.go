@@ -74,8 +74,10 @@ func TestPolluxGoldenDecisions(t *testing.T) {
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
 		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "8fa22bf70b8044e9"},
-		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},
+		"typed Sia cluster, 60 jobs, linear stand-in": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40, StandInKnee: -1},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "dbaa68495c056037"},
+		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},
+			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "63c4f2c13cf48a28"},
 		"whole nodes, growth limit": {cfg: policy.PolluxConfig{Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
 			in: policytest.ClusterInput(3, 16, 4, 40), want: "d16fb4a124bb55d6"},
 	}

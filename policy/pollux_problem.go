@@ -83,11 +83,13 @@ type polluxProblem struct {
 	// use.
 	models      []GoodputModel // per job and type: models[j·ntypes+t]
 	baseGoodput []float64
-	fairK       float64
-	table       []uint64
-	tabOff      []int32
-	tabStride   []int32
-	modelMu     sync.Mutex
+	// knee is StandInKnee on a typed cluster (0: linear stand-in).
+	knee      int
+	fairK     float64
+	table     []uint64
+	tabOff    []int32
+	tabStride []int32
+	modelMu   sync.Mutex
 
 	// Geometric-skip scales (gaSkipScale) for the mutation.
 	skip10   float64   // p = 0.1
@@ -294,7 +296,11 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 		if pr.typed {
 			// Linear, at the type's speed relative to the others as
 			// measured on the jobs that have models (typeSpeed).
-			return float64(k) / pr.fairK * pr.jobSpeed[j*pr.ntypes+t]
+			kk := float64(k)
+			if knee := pr.knee; knee > 0 && k > knee {
+				kk = float64(knee) + PolluxStandInKneeSlope*float64(k-knee)
+			}
+			return kk / pr.fairK * pr.jobSpeed[j*pr.ntypes+t]
 		}
 		return float64(k) / pr.fairK
 	}

@@ -37,6 +37,11 @@ type Traits struct {
 	// Pollux: 4 (the controller's explore_start; issue 13); Sia: one,
 	// as its bootstrapping profiles one GPU of each type.
 	StartReplicas int
+	// TypedStartReplicas, if positive, replaces StartReplicas on a
+	// cluster of several GPU types. Pollux: 16, with the policy's own
+	// stand-in knee (PolluxConfig.StandInKnee) past 4 GPUs, so that a new
+	// job takes more than 4 GPUs mostly where they would be idle.
+	TypedStartReplicas int
 }
 
 // ReplicaBound is how a policy bounds the GPUs of one job.
@@ -101,7 +106,7 @@ type kind struct {
 
 var kinds = map[string]kind{
 	"pollux": {
-		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4},
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4, TypedStartReplicas: 16},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
 		make:   func(s Settings) (Policy, error) { return NewPollux(s.Pollux) },
 	},

@@ -39,7 +39,8 @@ type Config struct {
 	// RulesSia. RulesSia also sets, where left zero, AppRestartDelay to
 	// SiaRestartDelays, ExploreFactor to 2 and ExploreStart to the
 	// policy's own first allocation (policy.Traits.StartReplicas: 4 for
-	// pollux, 1 for sia and the others).
+	// pollux, 1 for sia and the others; on a cluster of several GPU types
+	// TypedStartReplicas where set: 16 for pollux).
 	Rules Rules
 	// Interval is the scheduling interval (default 60 s).
 	Interval time.Duration
@@ -78,7 +79,9 @@ type Config struct {
 	// controller's explore_start; the Pollux artifact starts a job on one
 	// GPU); under RulesSia the policy's policy.Traits.StartReplicas (4
 	// for pollux, 1 for sia, whose bootstrapping profiles one GPU of each
-	// type, as Sia's simulator does). With 4 a job skips the
+	// type, as Sia's simulator does), or on several GPU types its
+	// TypedStartReplicas (16 for pollux, whose stand-in speedup of a job
+	// without a model bends past 4 GPUs: PolluxConfig.StandInKnee). With 4 a job skips the
 	// 1 -> 4 restart: on the eight artifact workloads (seed 1) restarts
 	// per job drop from 2.05 to 1.50 at the same average JCT.
 	ExploreStart int
@@ -233,6 +236,9 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 	}
 	if cfg.Rules == RulesSia && cfg.ExploreStart == 0 {
 		cfg.ExploreStart = max(traits.StartReplicas, 1)
+		if traits.TypedStartReplicas > 0 && typedCluster(cfg.Cluster) {
+			cfg.ExploreStart = traits.TypedStartReplicas
+		}
 	}
 	cfg = cfg.withDefaults()
 	s := &Simulator{
@@ -793,4 +799,14 @@ func siaOrder(types []string) []string {
 		}
 	}
 	return out
+}
+
+// typedCluster reports whether groups hold more than one GPU type.
+func typedCluster(groups []NodeGroup) bool {
+	for _, g := range groups {
+		if g.Type != groups[0].Type {
+			return true
+		}
+	}
+	return false
 }

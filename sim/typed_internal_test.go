@@ -61,14 +61,19 @@ func TestExploreStartDefaults(t *testing.T) {
 		policy string
 		set    int
 		want   int
+		typed  bool
 	}{
-		{RulesPollux, "pollux", 0, 4},
-		{RulesPollux, "sia", 0, 4},
-		{RulesSia, "pollux", 0, 4},
-		{RulesSia, "sia", 0, 1},
-		{RulesSia, "tiresias", 0, 1},
-		{RulesSia, "sia", 4, 4},
-		{RulesSia, "pollux", 1, 1},
+		{RulesPollux, "pollux", 0, 4, false},
+		{RulesPollux, "sia", 0, 4, false},
+		{RulesSia, "pollux", 0, 4, false},
+		{RulesSia, "sia", 0, 1, false},
+		{RulesSia, "tiresias", 0, 1, false},
+		{RulesSia, "sia", 4, 4, false},
+		{RulesSia, "pollux", 1, 1, false},
+		// Several GPU types: pollux's TypedStartReplicas.
+		{RulesSia, "pollux", 0, 16, true},
+		{RulesSia, "sia", 0, 1, true},
+		{RulesSia, "pollux", 4, 4, true},
 	}
 	for _, tc := range tests {
 		pol, err := policy.New(tc.policy, policy.Settings{})
@@ -78,6 +83,9 @@ func TestExploreStartDefaults(t *testing.T) {
 		cfg := Config{Rules: tc.rules, ExploreStart: tc.set}
 		if tc.rules == RulesSia {
 			cfg.Cluster = []NodeGroup{{Type: "t4", Nodes: 2, GPUsPerNode: 4}}
+			if tc.typed {
+				cfg.Cluster = append(cfg.Cluster, NodeGroup{Type: "a100", Nodes: 1, GPUsPerNode: 8})
+			}
 		}
 		apps, err := LoadTypedApplications(tc.rules)
 		if err != nil {
@@ -88,7 +96,7 @@ func TestExploreStartDefaults(t *testing.T) {
 			t.Fatalf("%s rules, %s: %v", tc.rules, tc.policy, err)
 		}
 		if s.cfg.ExploreStart != tc.want {
-			t.Errorf("%s rules, %s, set %d: ExploreStart %d, want %d", tc.rules, tc.policy, tc.set, s.cfg.ExploreStart, tc.want)
+			t.Errorf("%s rules, %s, set %d, typed %v: ExploreStart %d, want %d", tc.rules, tc.policy, tc.set, tc.typed, s.cfg.ExploreStart, tc.want)
 		}
 	}
 }

@@ -32,7 +32,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		rulesName    = fs.String("rules", "pollux", "simulator semantics: pollux (the Pollux artifact's) or sia (the Sia artifact's)")
 		interval     = fs.Duration("interval", 60*time.Second, "scheduling interval")
 		restartDelay = fs.Duration("restart-delay", 0, "restart (checkpoint-restore) delay of every job (default: the rules' own: 30 s, or Sia's per-application delays)")
-		exploreStart = fs.Int("explore-start", 0, "most GPUs of a job's first allocation, before it has a profile (0: 4; under -rules sia the policy's own: 4 for pollux, 1 for sia and the others, as the Sia and Pollux artifacts start every job on one GPU)")
+		exploreStart = fs.Int("explore-start", 0, "most GPUs of a job's first allocation, before it has a profile (0: 4; under -rules sia the policy's own: 4 for pollux, 16 on a cluster of several GPU types, 1 for sia and the others, as the Sia and Pollux artifacts start every job on one GPU)")
 		seed         = fs.Int64("seed", 1, "random seed of the Pollux genetic algorithm")
 		stall        = fs.Int("ga-stall", 0, "end a Pollux round's search once the first front has not changed for this many generations (0: the size-aware default, 20 on one GPU type with at most 64 GPUs; -1: all generations)")
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
