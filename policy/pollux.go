@@ -65,6 +65,7 @@ const (
 	// 2219 s against 2206 s and fewer restarts (2.32 against 2.57 per
 	// job; 14400 s: 2212 s and 1.035x). README, "Age weights".
 	PolluxTypedAgeScale = 28800.0
+	PolluxTypedAgePower = 1.0
 	// PolluxTypedStandInKnee and PolluxStandInKneeSlope are the default
 	// StandInKnee and the slope past it. Measured under -rules sia on the
 	// 3-type cluster with a first allocation of up to 16 GPUs (against a
@@ -74,7 +75,6 @@ const (
 	// slope 0.3 2153 s, 0.7 2164 s (seed 1). README, "Knee".
 	PolluxTypedStandInKnee = 4
 	PolluxStandInKneeSlope = 0.5
-	PolluxTypedAgePower    = 1.0
 	// PolluxDefaultStallGenerations and PolluxSmallClusterGPUs are the
 	// size-aware default of StallGenerations. Measured on the artifact's
 	// 64-GPU cluster: a warm round 24-30 ms -> 13 ms; the eight artifact

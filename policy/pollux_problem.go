@@ -295,7 +295,9 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 	if m == nil {
 		if pr.typed {
 			// Linear, at the type's speed relative to the others as
-			// measured on the jobs that have models (typeSpeed).
+			// measured on the jobs that have models (typeSpeed) or by
+			// the job's probes (jobSpeed); past the knee each GPU counts
+			// PolluxStandInKneeSlope of one.
 			kk := float64(k)
 			if knee := pr.knee; knee > 0 && k > knee {
 				kk = float64(knee) + PolluxStandInKneeSlope*float64(k-knee)
