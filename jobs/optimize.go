@@ -115,6 +115,11 @@ func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
 		RestartTime:     restartTime(r.cfg, e.state),
 		Restoring:       restoring(r.cfg, e.state, len(e.job.Running) > 0, r.start),
 	}
+	if len(e.job.Running) > 0 && len(e.state.Allocation) > 0 && !e.state.AppliedAt.IsZero() {
+		// For Pollux's first hold: how long the job has had the
+		// allocation the controller last wrote.
+		pj.Held = max(r.start.Sub(e.state.AppliedAt).Seconds(), 0)
+	}
 	if pj.MinReplicas > pj.MaxReplicas {
 		pj.MinReplicas = pj.MaxReplicas
 	}

@@ -73,8 +73,8 @@ func TestRestartTimeMeasured(t *testing.T) {
 	if s.RestartOpen || len(s.RestartSamples) != 1 || s.RestartSamples[0] != 40 {
 		t.Fatalf("after the first step: open %v, samples %v; want [40]", s.RestartOpen, s.RestartSamples)
 	}
-	if j := policyJob(t, f.policy.input(), a); j.RestartTime != 40 {
-		t.Fatalf("restart time %v, want 40", j.RestartTime)
+	if j := policyJob(t, f.policy.input(), a); j.RestartTime != 40 || j.NumRestarts != 0 || j.Held != 60 {
+		t.Fatalf("restart time %v, restarts %d, held %v s; want 40, 0 (its first allocation), 60 s", j.RestartTime, j.NumRestarts, j.Held)
 	}
 
 	// A move: the reporter of this job writes no restart object now, so
@@ -95,8 +95,8 @@ func TestRestartTimeMeasured(t *testing.T) {
 	if s := f.state(a); !s.RestartOpen {
 		t.Fatalf("a document without new progress closed the measurement: %v", s.RestartSamples)
 	}
-	if j := policyJob(t, f.policy.input(), a); !j.Restoring {
-		t.Fatalf("job not restoring during its restart")
+	if j := policyJob(t, f.policy.input(), a); !j.Restoring || j.Held != 30 {
+		t.Fatalf("job not restoring during its restart, or held %v s, want 30 s", j.Held)
 	}
 	f.clock.Advance(60 * time.Second)
 	f.round(c) // 90 s after the write: more than twice the 40 s estimate

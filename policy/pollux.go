@@ -75,6 +75,12 @@ const (
 	// slope 0.3 2153 s, 0.7 2164 s (seed 1). README, "Knee".
 	PolluxTypedStandInKnee = 4
 	PolluxStandInKneeSlope = 0.5
+	// PolluxTypedFirstHold is the default FirstHold on a cluster of
+	// several GPU types. Measured under -rules sia on the 3-type cluster
+	// (against none): sia-philly-1..8 at GA seeds 1, 2, 3 2147, 2165, 2160
+	// -> 2122, 2125, 2141 s; holds of 1, 3 and 5 restart times 2147,
+	// 2171, 2189 s (seed 1). README, "First hold".
+	PolluxTypedFirstHold = 2.0
 	// PolluxDefaultStallGenerations and PolluxSmallClusterGPUs are the
 	// size-aware default of StallGenerations. Measured on the artifact's
 	// 64-GPU cluster: a warm round 24-30 ms -> 13 ms; the eight artifact
@@ -275,12 +281,26 @@ type PolluxConfig struct {
 	// 0 means PolluxTypedStandInKnee (4); a negative value keeps the
 	// stand-in linear. One GPU type: always linear (the artifact's).
 	StandInKnee int
+	// FirstHold H keeps a job on its first allocation (NumRestarts 0,
+	// holding GPUs) until it has held it (Job.Held) for 1 + H restart
+	// times (Job.RestartTime, else RestartPenalty): until then the round
+	// leaves it where it is, as a job still restoring (MoveRestoring).
+	// A new job is placed by its stand-in or a model fitted on a few
+	// seconds of training; without the hold, a quarter of the new jobs of
+	// a busy mixed cluster were shrunk or moved right after their first
+	// restore, paying a second restart before they had trained. 0 means
+	// PolluxTypedFirstHold (2) on a cluster of several GPU types and no
+	// hold on one type; a negative value, no hold.
+	FirstHold float64
 
 	// typedP and typedH are FairnessP and RestartHysteresis on a cluster
 	// of several GPU types, typedTau and typedAlpha AgeWeightScale and
 	// AgeWeightPower there (withDefaults sets them).
 	typedP, typedH       float64
 	typedTau, typedAlpha float64
+	// typedHold is FirstHold on a cluster of several GPU types, FirstHold
+	// itself the value on one type.
+	typedHold float64
 	// typedA0 is ServiceWeight on a cluster of several GPU types; largeH
 	// and largeA0 are RestartHysteresis and ServiceWeight on one type
 	// with more than PolluxSmallClusterGPUs GPUs.
@@ -325,6 +345,10 @@ func (c PolluxConfig) withDefaults() PolluxConfig {
 	if c.AgeWeightPower == 0 {
 		c.AgeWeightPower, c.typedAlpha = 1, PolluxTypedAgePower
 	}
+	c.typedHold = c.FirstHold
+	if c.FirstHold == 0 {
+		c.typedHold = PolluxTypedFirstHold
+	}
 	return c
 }
 
@@ -366,6 +390,9 @@ func (c PolluxConfig) Validate() error {
 	}
 	if !(c.GrowthHysteresis < 1) {
 		errs = append(errs, fmt.Errorf("growth hysteresis %v is not below 1", c.GrowthHysteresis))
+	}
+	if math.IsNaN(c.FirstHold) || math.IsInf(c.FirstHold, 0) {
+		errs = append(errs, fmt.Errorf("first hold %v restart times is not finite", c.FirstHold))
 	}
 	if c.GrowthLimit < 0 {
 		errs = append(errs, fmt.Errorf("growth limit %d is negative", c.GrowthLimit))
@@ -483,11 +510,16 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 	}
 
 	// A job still restoring on its current allocation keeps it
-	// (MoveRestoring): the round solves for the others, on the GPUs left.
+	// (MoveRestoring), as does a job within its first hold (FirstHold):
+	// the round solves for the others, on the GPUs left.
 	var pinned Allocations
 	var pinnedNodes map[string]bool
 	if !p.cfg.MoveRestoring {
-		in, pinned, pinnedNodes = splitRestoring(in)
+		hold := p.cfg.FirstHold
+		if len(GPUTypes(in.Nodes)) > 1 {
+			hold = p.cfg.typedHold
+		}
+		in, pinned, pinnedNodes = splitRestoring(in, hold, p.cfg.RestartPenalty)
 		if len(in.Jobs) == 0 {
 			return pinned, nil
 		}
@@ -582,15 +614,16 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 }
 
 // splitRestoring takes out of in the jobs still restoring on their
-// current allocation (Job.Restoring with GPUs on known nodes, within its
-// replica bounds and the nodes' capacities): it returns
+// current allocation (Job.Restoring) or within their first hold (firstHeld
+// with hold and the default restart time penalty), with GPUs on known
+// nodes, within their replica bounds and the nodes' capacities: it returns
 // the input without them and with their GPUs taken off their nodes, their
 // allocations, and the nodes of those among them that span several nodes
 // (for interference avoidance). Pinning them outright, rather than
 // flooring their speedup when their row changes, also keeps them from
 // being preempted: a job restoring for longer than a round was otherwise
 // started, preempted before it made progress and started again.
-func splitRestoring(in Input) (Input, Allocations, map[string]bool) {
+func splitRestoring(in Input, hold, penalty float64) (Input, Allocations, map[string]bool) {
 	nodeIdx := make(map[string]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		nodeIdx[n.ID] = i
@@ -599,7 +632,7 @@ func splitRestoring(in Input) (Input, Allocations, map[string]bool) {
 	var nodes []Node
 	var multi map[string]bool
 	for _, j := range in.Jobs {
-		if !j.Restoring {
+		if !j.Restoring && !firstHeld(j, hold, penalty) {
 			continue
 		}
 		var kept []string
@@ -655,6 +688,21 @@ func splitRestoring(in Input) (Input, Allocations, map[string]bool) {
 		}
 	}
 	return out, pinned, multi
+}
+
+// firstHeld tells whether job j is within its first hold: on its first
+// allocation (NumRestarts 0, holding it for Held > 0 seconds) for less
+// than 1 + hold restart times (RestartTime, else penalty). hold <= 0 is
+// no hold.
+func firstHeld(j Job, hold, penalty float64) bool {
+	if !(hold > 0) || j.NumRestarts != 0 || !(j.Held > 0) {
+		return false
+	}
+	delta := penalty
+	if j.RestartTime > 0 {
+		delta = j.RestartTime
+	}
+	return j.Held < (1+hold)*delta
 }
 
 // polluxCheckInput reports every invalid job and node at once.

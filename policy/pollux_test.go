@@ -59,6 +59,8 @@ func TestPolluxConfigValidate(t *testing.T) {
 		"service weight NaN":              {cfg: policy.PolluxConfig{ServiceWeight: math.NaN()}, wantErr: []string{"service weight NaN"}},
 		"growth hysteresis of 1":          {cfg: policy.PolluxConfig{GrowthHysteresis: 1}, wantErr: []string{"growth hysteresis 1 is not below 1"}},
 		"negative workers":                {cfg: policy.PolluxConfig{Workers: -1}, wantErr: []string{"workers -1"}},
+		"first hold off":                  {cfg: policy.PolluxConfig{FirstHold: -1}},
+		"infinite first hold":             {cfg: policy.PolluxConfig{FirstHold: math.Inf(1)}, wantErr: []string{"first hold +Inf"}},
 		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
 		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
 		"NewPollux refuses what Validate": {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"population -3"}},

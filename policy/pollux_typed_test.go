@@ -183,3 +183,57 @@ func optimizeOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) policy
 	}
 	return out
 }
+
+// TestPolluxFirstHold: a job on its first allocation that scales badly
+// and holds the a100s that eight new jobs would rather have keeps them
+// while it has held them for less than 1 + FirstHold restart times (the
+// typed default 2: 150 s with a 50-s restart), and loses GPUs once it has
+// held them longer, after a restart (NumRestarts 1), with the hold off,
+// and on a cluster of one type (no hold by default).
+func TestPolluxFirstHold(t *testing.T) {
+	typed := pt.TypedNodes(pt.TypedPool{Type: "a100", Nodes: 1, GPUs: 4}, pt.TypedPool{Type: "t4", Nodes: 1, GPUs: 4})
+	untyped := pt.Nodes(2, 4)
+	cases := []struct {
+		name     string
+		nodes    []policy.Node
+		held     float64
+		restarts int
+		hold     float64
+		kept     bool
+	}{
+		{"typed, held 60 s", typed, 60, 0, 0, true},
+		{"typed, held 140 s", typed, 140, 0, 0, true},
+		{"typed, held 160 s", typed, 160, 0, 0, false},
+		{"typed, held 60 s after a restart", typed, 60, 1, 0, false},
+		{"typed, held 60 s, hold off", typed, 60, 0, -1, false},
+		{"typed, held 60 s, hold 0.1", typed, 60, 0, 0.1, false},
+		{"typed, held unknown", typed, 0, 0, 0, false},
+		{"one type, held 60 s", untyped, 60, 0, 0, false},
+		{"one type, held 60 s, hold 2", untyped, 60, 0, 2, true},
+	}
+	for _, c := range cases {
+		first := c.nodes[0].ID
+		current := policy.Allocations{"first": {first, first, first, first}}
+		jobs := []policy.Job{{ID: "first", Age: 1e4, MaxReplicas: 4, NumRestarts: c.restarts, Held: c.held, RestartTime: 50,
+			Goodput: pt.Synthetic{Serial: 0.9, Parallel: 0.1}}}
+		for i := range 8 {
+			jobs = append(jobs, policy.Job{ID: fmt.Sprintf("new-%d", i), Age: 30, MaxReplicas: 4})
+		}
+		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1, FirstHold: c.hold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := policy.Input{Now: 1e4, Jobs: jobs, Nodes: c.nodes, Current: current}
+		out, err := p.Optimize(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pt.Check(in, out, pt.CheckOptions{}); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		kept := len(out["first"]) == 4 && out["first"][0] == first && out["first"][3] == first
+		if kept != c.kept {
+			t.Errorf("%s: the job on its first allocation got %v, want kept %v", c.name, out["first"], c.kept)
+		}
+	}
+}

@@ -67,6 +67,11 @@ type Job struct {
 	// such a job's allocation (its simulator's preserve_ckpt_allocs);
 	// other policies ignore it.
 	Restoring bool
+	// Held is how long, in seconds, the job has held its current
+	// allocation: the time since the reallocation that gave it. 0 when it
+	// holds no GPUs or the caller does not know; Pollux's FirstHold
+	// uses it.
+	Held float64
 	// ProbeSpeed is, on a heterogeneous cluster, the job's one-GPU
 	// throughput per GPU type (Node.Type) as probed when it arrived, before
 	// it has run (Sia, SOSP '23, §3.3 profiles one GPU of each type); only

@@ -46,6 +46,8 @@ type job struct {
 	attained    float64
 	restarts    int // -1 before the first allocation, as the artifact's None
 	reallocs    int
+	// lastRealloc is the time of the last reallocation to GPUs.
+	lastRealloc float64
 
 	profile    map[profileKey]struct{}
 	points     map[string][]model.ProfilePoint // per GPU type
@@ -278,6 +280,7 @@ func (j *job) reallocate(gpuType string, placement []int, delay float64) {
 	j.rescaleLeft = delay
 	j.restarts++
 	j.reallocs++
+	j.lastRealloc = j.now
 }
 
 // info builds the policy's view of the job on a cluster of the given GPU

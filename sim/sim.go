@@ -411,6 +411,9 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 			// Still checkpointing/restoring from the last reallocation
 			// (Sia's scaling_underway: job.rescale_time > 0).
 			pj.Restoring = len(j.placement) > 0 && j.rescaleLeft > 0
+			if len(j.placement) > 0 {
+				pj.Held = s.now - j.lastRealloc
+			}
 			in.Jobs = append(in.Jobs, pj)
 			if a := s.alloc[j.name]; len(a) > 0 {
 				in.Current[j.name] = a

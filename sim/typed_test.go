@@ -188,6 +188,25 @@ func TestTypedClusterShortRun(t *testing.T) {
 						}
 					}
 				}
+				// Job.Held: how long a job holding GPUs has held them
+				// (positive, at most its age, one round more each round its
+				// allocation stays); 0 for a job holding none.
+				prevHeld := map[string]float64{}
+				prevAlloc := policy.Allocations{}
+				for _, in := range rec.inputs {
+					for _, j := range in.Jobs {
+						alloc, holds := in.Current[j.ID]
+						switch {
+						case !holds && j.Held != 0:
+							t.Fatalf("t=%.0f: job %s holds no GPUs but Held = %v", in.Now, j.ID, j.Held)
+						case holds && !(j.Held > 0 && j.Held <= j.Age):
+							t.Fatalf("t=%.0f: job %s of age %.0f s holds %v, Held = %v", in.Now, j.ID, j.Age, alloc, j.Held)
+						case holds && policy.Equal(alloc, prevAlloc[j.ID]) && prevHeld[j.ID] > 0 && j.Held != prevHeld[j.ID]+60:
+							t.Fatalf("t=%.0f: job %s kept %v, Held %v after %v", in.Now, j.ID, alloc, j.Held, prevHeld[j.ID])
+						}
+						prevHeld[j.ID], prevAlloc[j.ID] = j.Held, alloc
+					}
+				}
 				if name != "pollux" {
 					return
 				}
