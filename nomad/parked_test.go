@@ -39,9 +39,12 @@ func TestReadParked(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scale to zero: %v", err)
 	}
+	// Stopped and settled: Nomad moves the job's status from "pending" to
+	// "dead" after its allocations stop, and the comparisons below read
+	// the job twice.
 	nomadtest.WaitFor(t, 60*time.Second, "the job to stop", func() (bool, string, error) {
 		cur, err = c.ReadJob(ctx, r)
-		return err == nil && len(cur.Running) == 0, "running " + placementString(cur.Running), err
+		return err == nil && len(cur.Running) == 0 && cur.Status == "dead", "running " + placementString(cur.Running) + ", status " + cur.Status, err
 	})
 
 	// A new leader's adapter: nothing cached.
