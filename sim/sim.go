@@ -236,7 +236,9 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 	}
 	if cfg.Rules == RulesSia && cfg.ExploreStart == 0 {
 		cfg.ExploreStart = max(traits.StartReplicas, 1)
-		if traits.TypedStartReplicas > 0 && typedCluster(cfg.Cluster) {
+		// Validate rejects a type given twice: several groups are
+		// several types.
+		if traits.TypedStartReplicas > 0 && len(cfg.Cluster) > 1 {
 			cfg.ExploreStart = traits.TypedStartReplicas
 		}
 	}
@@ -802,14 +804,4 @@ func siaOrder(types []string) []string {
 		}
 	}
 	return out
-}
-
-// typedCluster reports whether groups hold more than one GPU type.
-func typedCluster(groups []NodeGroup) bool {
-	for _, g := range groups {
-		if g.Type != groups[0].Type {
-			return true
-		}
-	}
-	return false
 }
