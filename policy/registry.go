@@ -42,6 +42,13 @@ type Traits struct {
 	// stand-in knee (PolluxConfig.StandInKnee) past 4 GPUs, so that a new
 	// job takes more than 4 GPUs mostly where they would be idle.
 	TypedStartReplicas int
+	// SharedProfiles is true when the policy wants, on a cluster of
+	// several GPU types, each job's throughput models fitted on the
+	// profile points of every job of the same model (the runner's
+	// model.ProfilePool; the controller's pollux_model meta key, the
+	// simulator's application) rather than on the job's own points only.
+	// Pollux: yes. Sia: no, as its artifact profiles each job on its own.
+	SharedProfiles bool
 }
 
 // ReplicaBound is how a policy bounds the GPUs of one job.
@@ -106,7 +113,7 @@ type kind struct {
 
 var kinds = map[string]kind{
 	"pollux": {
-		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4, TypedStartReplicas: 16},
+		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4, TypedStartReplicas: 16, SharedProfiles: true},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
 		make:   func(s Settings) (Policy, error) { return NewPollux(s.Pollux) },
 	},

@@ -49,9 +49,13 @@ type job struct {
 	// lastRealloc is the time of the last reallocation to GPUs.
 	lastRealloc float64
 
-	profile    map[profileKey]struct{}
-	points     map[string][]model.ProfilePoint // per GPU type
-	perf       map[string]*model.PerfParams    // per GPU type
+	profile map[profileKey]struct{}
+	points  map[string][]model.ProfilePoint // per GPU type
+	// pool, when not nil, holds the profile points of every job of the
+	// simulation keyed by application (Config.ShareProfiles): the job's
+	// models are fitted on its application's points.
+	pool       *model.ProfilePool
+	perf       map[string]*model.PerfParams // per GPU type
 	grad       model.GradParams
 	haveGrad   bool
 	maxProfile map[string]int // per GPU type
@@ -62,7 +66,7 @@ type job struct {
 
 // bootEntry is a cached bootstrapped throughput model of one GPU type.
 type bootEntry struct {
-	src  *model.PerfParams
+	src  model.PerfParams
 	perf model.PerfParams
 	ok   bool
 }
@@ -112,10 +116,10 @@ func (j *job) policyBounds(t string) model.Bounds {
 	return b
 }
 
-// goodputFunc is the job's fitted goodput model on type t (perf[t] must
-// be set).
+// goodputFunc is the job's fitted goodput model on type t (perfOn(t) must
+// not be nil).
 func (j *job) goodputFunc(t string) model.GoodputFunc {
-	return model.GoodputFunc{Perf: *j.perf[t], Grad: j.grad, InitBatchSize: float64(j.app.InitBatchSize)}
+	return model.GoodputFunc{Perf: *j.perfOn(t), Grad: j.grad, InitBatchSize: float64(j.app.InitBatchSize)}
 }
 
 // updateLocalBsz picks the micro-batch and accumulation steps for the
@@ -146,7 +150,7 @@ func (j *job) updateLocalBsz() {
 		}
 	}
 	batch := j.fixedBatch
-	if batch == 0 && (j.perf[j.gpuType] == nil || !j.haveGrad) {
+	if batch == 0 && (j.perfOn(j.gpuType) == nil || !j.haveGrad) {
 		batch = max(app.InitBatchSize, minLocal*k)
 	}
 	if batch == 0 {
@@ -194,16 +198,30 @@ func (j *job) observe(nodes, k, m int, step, sync, sqr, variance float64) error 
 	}
 	j.profile[key] = struct{}{}
 	j.maxProfile[j.gpuType] = max(j.maxProfile[j.gpuType], k)
-	j.points[j.gpuType] = append(j.points[j.gpuType], model.ProfilePoint{
+	pt := model.ProfilePoint{
 		Nodes: nodes, Replicas: k, LocalBsz: float64(m),
 		AccumStepTime: step - sync, OptimStepTime: step,
-	})
+	}
+	j.points[j.gpuType] = append(j.points[j.gpuType], pt)
+	j.pool.Add(j.app.Name, j.gpuType, []model.ProfilePoint{pt})
 	p, err := model.FitPerfParams(j.points[j.gpuType])
 	if err != nil {
 		return fmt.Errorf("failed to fit job %s: %w", j.name, err)
 	}
 	j.perf[j.gpuType] = &p
 	return nil
+}
+
+// perfOn is the job's throughput model on type t: its application's pooled
+// fit where profiles are shared and the pool has one, else its own fit
+// (nil without one).
+func (j *job) perfOn(t string) *model.PerfParams {
+	if j.pool != nil {
+		if p, _, ok := j.pool.Fit(j.app.Name, t); ok {
+			return &p
+		}
+	}
+	return j.perf[t]
 }
 
 // step advances the job by seconds of simulated time with the given
@@ -320,7 +338,7 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explor
 	if traits.UsesGoodput && j.haveGrad {
 		fitted := map[string]policy.GoodputModel{}
 		for _, t := range types {
-			if j.perf[t] != nil {
+			if j.perfOn(t) != nil {
 				fitted[t] = model.NewGoodputCache(j.goodputFunc(t), j.policyBounds(t))
 			}
 		}

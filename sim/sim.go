@@ -85,10 +85,32 @@ type Config struct {
 	// 1 -> 4 restart: on the eight artifact workloads (seed 1) restarts
 	// per job drop from 2.05 to 1.50 at the same average JCT.
 	ExploreStart int
+	// ShareProfiles says whether a job's throughput models are fitted on
+	// the profile points of every job of its application (one
+	// model.ProfilePool per simulation, keyed by application, as the
+	// controller pools jobs that declare the same pollux_model) instead of
+	// its own points only: for its policy's view and for its own batch
+	// size. ShareDefault (the zero value) shares on a cluster of several
+	// GPU types for a policy with policy.Traits.SharedProfiles (pollux)
+	// and nowhere else; ShareOn and ShareOff force it.
+	ShareProfiles Share
 	// MaxTime stops a simulation that has not finished (default 60 days of
 	// simulated time).
 	MaxTime time.Duration
 }
+
+// Share is Config.ShareProfiles.
+type Share int
+
+const (
+	// ShareDefault shares profiles on a cluster of several GPU types for
+	// a policy whose traits ask for it (policy.Traits.SharedProfiles).
+	ShareDefault Share = iota
+	// ShareOn shares profiles among the jobs of an application.
+	ShareOn
+	// ShareOff fits every job on its own points only.
+	ShareOff
+)
 
 func (c Config) withDefaults() Config {
 	if c.Nodes == 0 {
@@ -270,6 +292,10 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			return nil, err
 		}
 	}
+	var pool *model.ProfilePool
+	if cfg.ShareProfiles == ShareOn || cfg.ShareProfiles == ShareDefault && traits.SharedProfiles && len(cfg.Cluster) > 1 {
+		pool = &model.ProfilePool{}
+	}
 	for i, w := range jobs {
 		app, ok := applications[w.Application]
 		if !ok {
@@ -288,6 +314,7 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			points:     map[string][]model.ProfilePoint{},
 			perf:       map[string]*model.PerfParams{},
 			maxProfile: map[string]int{},
+			pool:       pool,
 		}
 		if cfg.Rules == RulesSia {
 			if sd, ok := SiaSlowdowns[app.Name]; ok {
@@ -635,9 +662,9 @@ func (s *Simulator) bootstrap(j *job, target string, fitted map[string]policy.Go
 	if best == "" {
 		return nil
 	}
-	src := j.perf[best]
+	src := j.perfOn(best)
 	e, ok := j.boot[target]
-	if !ok || e.src != src {
+	if !ok || e.src != *src {
 		lo, hi := j.localBounds(target)
 		var probes []model.ProfilePoint
 		for _, m := range []int{lo, hi} {
@@ -651,7 +678,7 @@ func (s *Simulator) bootstrap(j *job, target string, fitted map[string]policy.Go
 			probes = append(probes, model.ProfilePoint{Nodes: 1, Replicas: 1, LocalBsz: float64(m), AccumStepTime: step - sync, OptimStepTime: step})
 		}
 		perf, err := model.BootstrapPerf(*src, probes, s.netScale[j.app.Name][best][target])
-		e = bootEntry{src: src, perf: perf, ok: err == nil}
+		e = bootEntry{src: *src, perf: perf, ok: err == nil}
 		if j.boot == nil {
 			j.boot = map[string]bootEntry{}
 		}
