@@ -42,7 +42,9 @@ type JobStatus struct {
 	GPUType string `json:"gpu_type,omitempty"`
 	// Models says, per GPU type of the cluster, where the job's throughput
 	// model on that type comes from: "fitted" (from its profile entries of
-	// that type) or "predicted" (bootstrapped from another type's fit).
+	// that type), "shared" (fitted on the entries of that type of every
+	// job of its pollux_model) or "predicted" (bootstrapped from another
+	// type's fit).
 	Models map[string]string `json:"models,omitempty"`
 }
 

@@ -61,6 +61,11 @@ const DefaultParkBudget = 4 * time.Second
 // Controller runs scheduling rounds. Round is not safe for concurrent use;
 // SetConfig may be called at any time and applies from the next round.
 type Controller struct {
+	// profiles pools the profile points of the jobs that name the same
+	// pollux_model, per GPU type, for a policy that wants shared
+	// profiles (policy.Traits.SharedProfiles). It lives in memory: a new
+	// leader refills it as it reads the jobs' metrics documents.
+	profiles model.ProfilePool
 	cluster  Cluster
 	kv       KV
 	log      hclog.Logger

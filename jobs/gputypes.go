@@ -515,6 +515,9 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 	points := map[string][]model.ProfilePoint{}
 	for _, t := range types {
 		points[t] = metrics.ProfilePoints(byType[t])
+		if key := c.sharedKey(r, e); key != "" {
+			c.profiles.Add(key, t, points[t])
+		}
 	}
 	fits, err := model.FitTyped(points, nil, types, nil)
 	if err != nil {
@@ -551,6 +554,16 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 	e.state.MetricsError = ""
 	e.st.Fitted = true
 	return nil
+}
+
+// sharedKey is the key under which job e's profile points are pooled
+// with those of the other jobs of its model: its pollux_model when the
+// round's policy wants shared profiles, else "" (not pooled).
+func (c *Controller) sharedKey(r *round, e *entry) string {
+	if !r.traits.SharedProfiles {
+		return ""
+	}
+	return e.spec.Model
 }
 
 // typeHints returns the round's TypeHint for a pair of GPU types, from
@@ -601,11 +614,25 @@ func (c *Controller) typedModels(r *round, e *entry, hint func(src, dst string) 
 	for t, tp := range e.state.Typed {
 		fitted[t] = TypedFit{Perf: model.PerfParams(tp.Perf), Points: tp.ProfilePoints}
 	}
+	// A job of a named model takes, per type, the fit on every point its
+	// model's jobs measured there (its own among them).
+	shared := map[string]bool{}
+	if key := c.sharedKey(r, e); key != "" {
+		for _, t := range clusterTypes(r.nodeType) {
+			if perf, n, ok := c.profiles.Fit(key, t); ok && perf.Validate() == nil {
+				fitted[t] = TypedFit{Perf: perf, Points: n}
+				shared[t] = true
+			}
+		}
+	}
 	grad := model.GradParams(*e.state.Grad)
 	e.typed = map[string]*model.GoodputFunc{}
 	e.st.Models = map[string]string{}
 	for _, t := range clusterTypes(r.nodeType) {
 		perf, source := fitted[t].Perf, "fitted"
+		if shared[t] {
+			source = "shared"
+		}
 		if _, ok := fitted[t]; !ok {
 			perf, source = c.bootstrap(fitted, t, hint), "predicted"
 			if perf.Validate() != nil {

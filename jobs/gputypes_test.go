@@ -270,3 +270,128 @@ func TestGPUTypeConfig(t *testing.T) {
 		t.Errorf("HCL refusal without file, line and field: %v", err)
 	}
 }
+
+// TestGPUTypesSharedProfiles: jobs that name one pollux_model share their
+// measurements per GPU type. b ran only on t4 and a only on a100 (where it
+// measured 3x slower than b on t4): b's a100 model is "shared", fitted on
+// a's points (slower than its t4 model), and a has a t4 model from b's.
+// c names no model and keeps the bootstrapped prediction (faster on a100,
+// the speed prior), and a policy without SharedProfiles pools nothing.
+func TestGPUTypesSharedProfiles(t *testing.T) {
+	for _, share := range []bool{true, false} {
+		f := typedFixture(t, 4)
+		f.traits.TypeAware = true
+		f.traits.SharedProfiles = share
+		meta := func(model string) map[string]string {
+			m := map[string]string{
+				contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
+				contract.MetaMaxBatchSize: "4096", contract.MetaLocalBszMin: "32", contract.MetaLocalBszMax: "1024",
+			}
+			if model != "" {
+				m[contract.MetaModel] = model
+			}
+			return m
+		}
+		a := f.cluster.Submit("a", meta("resnet"), 1)
+		b := f.cluster.Submit("b", meta("resnet"), 1)
+		c := f.cluster.Submit("c", meta(""), 1)
+		f.policy.set(map[string][]string{"a": {"n2"}, "b": {"n1"}, "c": {"n1"}})
+		ctl := f.controller("c")
+		f.round(ctl)
+		f.putMetrics(a, profile("a100", 3))
+		f.putMetrics(b, profile(t4Model, 1))
+		f.putMetrics(c, profile(t4Model, 1))
+		f.clock.Advance(time.Minute)
+		st := f.round(ctl)
+		models := func(ref jobs.JobRef) map[string]policy.GoodputModel {
+			for _, j := range f.policy.input().Jobs {
+				if j.ID == ref.String() {
+					return j.TypedGoodput
+				}
+			}
+			t.Fatalf("job %s not in the policy input", ref)
+			return nil
+		}
+		lb, lc := jobLine(t, st, b), jobLine(t, st, c)
+		if lc.Models["t4"] != "fitted" || lc.Models["a100"] != "predicted" {
+			t.Errorf("share %v: c's models %v, want t4 fitted and a100 predicted", share, lc.Models)
+		}
+		if mc := models(c); !(mc["a100"].Goodput(1, 1) > mc["t4"].Goodput(1, 1)) {
+			t.Errorf("share %v: c's predicted a100 goodput %g not above t4's %g (the speed prior)", share, mc["a100"].Goodput(1, 1), mc["t4"].Goodput(1, 1))
+		}
+		mb := models(b)
+		if !share {
+			if lb.Models["a100"] != "predicted" || lb.Models["t4"] != "fitted" {
+				t.Errorf("not shared: b's models %v, want t4 fitted and a100 predicted", lb.Models)
+			}
+			continue
+		}
+		if lb.Models["a100"] != "shared" || lb.Models["t4"] != "shared" {
+			t.Fatalf("shared: b's models %v, want both shared", lb.Models)
+		}
+		if g4, g100 := mb["t4"].Goodput(1, 1), mb["a100"].Goodput(1, 1); !(g100 < 0.6*g4) {
+			t.Errorf("shared: b's a100 goodput %g, t4 %g: want a100 about 3x slower, as a measured", g100, g4)
+		}
+		if la := jobLine(t, st, a); la.Models["t4"] != "shared" {
+			t.Errorf("shared: a's models %v, want t4 shared from b", la.Models)
+		}
+		// What others measured is not the job's own profile: b's state
+		// keeps its own t4 fit only.
+		if s := f.state(b); len(s.Typed) != 1 || s.Typed["t4"].ProfilePoints != 6 {
+			t.Errorf("shared: b's state typed fits %+v, want its own t4 fit of 6 points", s.Typed)
+		}
+	}
+}
+
+// TestSharedProfilesOneType: on a cluster of one GPU type the jobs of one
+// pollux_model are fitted on their pooled points: two jobs that measured
+// different configurations end with one model; without a model name each
+// keeps its own.
+func TestSharedProfilesOneType(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4, "n2": 4})
+	f.traits = &policy.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: policy.ExploreReplicas, SharedProfiles: true}
+	meta := func(model string) map[string]string {
+		m := map[string]string{
+			contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
+			contract.MetaMaxBatchSize: "4096", contract.MetaLocalBszMin: "32", contract.MetaLocalBszMax: "1024",
+		}
+		if model != "" {
+			m[contract.MetaModel] = model
+		}
+		return m
+	}
+	a := f.cluster.Submit("a", meta("bert"), 1)
+	b := f.cluster.Submit("b", meta("bert"), 1)
+	c := f.cluster.Submit("c", meta(""), 1)
+	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
+	ctl := f.controller("c")
+	f.round(ctl)
+	// a measured 1 and 2 GPUs, b and c 4 GPUs on two nodes (slow network).
+	far := func() []contract.ProfileEntry {
+		var out []contract.ProfileEntry
+		for _, m := range []int{32, 128} {
+			compute := 0.02 + 0.001*float64(m)
+			out = append(out, contract.ProfileEntry{NumNodes: 2, NumReplicas: 4, LocalBsz: m,
+				ComputeTime: compute, StepTime: compute + 0.2, SyncTime: 0.2, Count: 20})
+		}
+		return out
+	}
+	f.putMetrics(a, profile("", 1))
+	f.putMetrics(b, far())
+	f.putMetrics(c, far())
+	f.clock.Advance(time.Minute)
+	f.round(ctl)
+	goodput := map[string]float64{}
+	for _, j := range f.policy.input().Jobs {
+		if j.Goodput == nil {
+			t.Fatalf("job %s has no model", j.ID)
+		}
+		goodput[j.ID] = j.Goodput.Goodput(2, 4)
+	}
+	if ga, gb := goodput[a.String()], goodput[b.String()]; ga != gb {
+		t.Errorf("a and b of one model predict %g and %g on 4 GPUs over 2 nodes: want one pooled model", ga, gb)
+	}
+	if goodput[a.String()] == goodput[c.String()] {
+		t.Errorf("a (pooled) and c (own fit) predict the same %g", goodput[c.String()])
+	}
+}

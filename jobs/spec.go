@@ -34,6 +34,9 @@ type Spec struct {
 	MinGPUs       int
 	// MaxGPUs is 0 when the author set no bound.
 	MaxGPUs int
+	// Model is the job's pollux_model ("" when not set): jobs of one
+	// model share their throughput profiles.
+	Model string
 }
 
 // Bounds are the batch-size limits for the goodput optimiser.
@@ -90,6 +93,13 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 	if _, ok := meta[contract.MetaMaxGPUs]; ok {
 		s.MaxGPUs = intKey(contract.MetaMaxGPUs, 0, false)
 	}
+	if raw, ok := meta[contract.MetaModel]; ok {
+		if name := strings.TrimSpace(raw); validModelName(name) {
+			s.Model = name
+		} else {
+			errs = append(errs, fmt.Errorf("%s: want 1 to %d letters, digits or . _ - : /, got %q", contract.MetaModel, maxModelName, truncate(raw)))
+		}
+	}
 	s.Accumulation = true
 	if raw, ok := meta[contract.MetaAccumulation]; ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(raw))
@@ -121,6 +131,24 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 			contract.MetaMinGPUs, s.MinGPUs, contract.MetaLocalBszMin, s.LocalBszMin, s.MaxBatchSize))
 	}
 	return s, errors.Join(errs...)
+}
+
+// maxModelName bounds pollux_model.
+const maxModelName = 128
+
+// validModelName reports whether name is a usable pollux_model: 1 to
+// maxModelName bytes of ASCII letters, digits and . _ - : /.
+func validModelName(name string) bool {
+	if name == "" || len(name) > maxModelName {
+		return false
+	}
+	for _, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:/", r)
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // parseDecimal parses a decimal floating-point number, surrounding white
