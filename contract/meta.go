@@ -28,11 +28,12 @@ const (
 	MetaMinGPUs = "pollux_min_gpus"
 	MetaMaxGPUs = "pollux_max_gpus"
 	// MetaModel names the model the job trains (optional; for example
-	// "resnet50-imagenet"): jobs that give the same name share their
-	// measured throughput profiles per GPU type (model.ProfilePool), so
-	// that a job is placed by what every run of its model measured. At
-	// most 128 bytes of letters, digits and . _ - : / ; names the same
-	// model only if the jobs run the same code at the same precision.
+	// "resnet50-imagenet"): on a cluster of several GPU types, jobs that
+	// give the same name share their measured throughput profiles per GPU
+	// type (model.ProfilePool), so that a job is placed by what every run
+	// of its model measured. At most 128 bytes of letters, digits and
+	// . _ - : / ; give one name only to jobs that run the same code at the
+	// same precision.
 	MetaModel = "pollux_model"
 
 	// Written by the controller with every reallocation it applies (the

@@ -49,17 +49,6 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 		for _, e := range r.entries {
 			c.typedModels(r, e, hint)
 		}
-	} else {
-		// One GPU type: a job of a named model is fitted on every point
-		// its model's jobs measured (after all of this round's reports
-		// are in the pool).
-		for _, e := range r.entries {
-			if key := c.sharedKey(r, e); key != "" && e.fit != nil {
-				if p, _, ok := c.profiles.Fit(key, ""); ok && p.Validate() == nil {
-					e.fit.Perf = p
-				}
-			}
-		}
 	}
 	if c.kvErr == nil {
 		c.dirty = false
@@ -259,9 +248,6 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry, pre *prefitt
 				}
 			}
 			if perr == nil {
-				if key := c.sharedKey(r, e); key != "" {
-					c.profiles.Add(key, "", points)
-				}
 				grad := metrics.GradParams(doc)
 				sp, sg := contract.PerfParams(perf), contract.GradParams(grad)
 				e.state.Perf, e.state.Grad = &sp, &sg

@@ -557,10 +557,14 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 }
 
 // sharedKey is the key under which job e's profile points are pooled
-// with those of the other jobs of its model: its pollux_model when the
-// round's policy wants shared profiles, else "" (not pooled).
+// with those of the other jobs of its model: its pollux_model on a
+// cluster of several GPU types when the round's policy wants shared
+// profiles, else "" (not pooled). On one type a job's own fit is kept, as
+// the simulator does: sharing there was measured slower (sia-philly-1..8
+// on t4:16x4 under -rules sia: 6933 -> 7075 s), while on the 3-type
+// cluster it is what places jobs right (README, "Shared profiles").
 func (c *Controller) sharedKey(r *round, e *entry) string {
-	if !r.traits.SharedProfiles {
+	if !r.traits.SharedProfiles || !r.cfg.typed() {
 		return ""
 	}
 	return e.spec.Model

@@ -343,42 +343,34 @@ func TestGPUTypesSharedProfiles(t *testing.T) {
 	}
 }
 
-// TestSharedProfilesOneType: on a cluster of one GPU type the jobs of one
-// pollux_model are fitted on their pooled points: two jobs that measured
-// different configurations end with one model; without a model name each
-// keeps its own.
+// TestSharedProfilesOneType: on a cluster of one GPU type jobs keep their
+// own fits even when they name one pollux_model (sharing there was
+// measured slower): two jobs that measured different configurations
+// predict differently.
 func TestSharedProfilesOneType(t *testing.T) {
 	f := newFixture(t, map[string]int{"n1": 4, "n2": 4})
 	f.traits = &policy.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: policy.ExploreReplicas, SharedProfiles: true}
-	meta := func(model string) map[string]string {
-		m := map[string]string{
-			contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
-			contract.MetaMaxBatchSize: "4096", contract.MetaLocalBszMin: "32", contract.MetaLocalBszMax: "1024",
-		}
-		if model != "" {
-			m[contract.MetaModel] = model
-		}
-		return m
+	meta := map[string]string{
+		contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
+		contract.MetaMaxBatchSize: "4096", contract.MetaLocalBszMin: "32", contract.MetaLocalBszMax: "1024",
+		contract.MetaModel: "bert",
 	}
-	a := f.cluster.Submit("a", meta("bert"), 1)
-	b := f.cluster.Submit("b", meta("bert"), 1)
-	c := f.cluster.Submit("c", meta(""), 1)
-	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
+	a := f.cluster.Submit("a", meta, 1)
+	b := f.cluster.Submit("b", meta, 1)
+	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n2"}})
 	ctl := f.controller("c")
 	f.round(ctl)
-	// a measured 1 and 2 GPUs, b and c 4 GPUs on two nodes (slow network).
-	far := func() []contract.ProfileEntry {
-		var out []contract.ProfileEntry
-		for _, m := range []int{32, 128} {
-			compute := 0.02 + 0.001*float64(m)
-			out = append(out, contract.ProfileEntry{NumNodes: 2, NumReplicas: 4, LocalBsz: m,
-				ComputeTime: compute, StepTime: compute + 0.2, SyncTime: 0.2, Count: 20})
-		}
-		return out
+	// a measured 1 and 2 GPUs, b 4 GPUs on two nodes (slow network).
+	var far []contract.ProfileEntry
+	for _, m := range []int{32, 128} {
+		compute := 0.02 + 0.001*float64(m)
+		far = append(far, contract.ProfileEntry{NumNodes: 2, NumReplicas: 4, LocalBsz: m,
+			ComputeTime: compute, StepTime: compute + 0.2, SyncTime: 0.2, Count: 20})
 	}
 	f.putMetrics(a, profile("", 1))
-	f.putMetrics(b, far())
-	f.putMetrics(c, far())
+	f.putMetrics(b, far)
+	f.clock.Advance(time.Minute)
+	f.round(ctl)
 	f.clock.Advance(time.Minute)
 	f.round(ctl)
 	goodput := map[string]float64{}
@@ -388,10 +380,7 @@ func TestSharedProfilesOneType(t *testing.T) {
 		}
 		goodput[j.ID] = j.Goodput.Goodput(2, 4)
 	}
-	if ga, gb := goodput[a.String()], goodput[b.String()]; ga != gb {
-		t.Errorf("a and b of one model predict %g and %g on 4 GPUs over 2 nodes: want one pooled model", ga, gb)
-	}
-	if goodput[a.String()] == goodput[c.String()] {
-		t.Errorf("a (pooled) and c (own fit) predict the same %g", goodput[c.String()])
+	if ga, gb := goodput[a.String()], goodput[b.String()]; ga == gb {
+		t.Errorf("a and b predict the same %g on 4 GPUs over 2 nodes: one type must not pool", ga)
 	}
 }

@@ -37,7 +37,9 @@ type heteroVariant struct {
 // HETERO_START sets sim.Config.ExploreStart for every policy (Sia's rules
 // start a job on one GPU), HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON,
 // label pollux-cfg), HETERO_SEED the pollux variants' GA seed (default
-// 1), and HETERO_VARIANTS keeps only the labels listed.
+// 1), HETERO_SHARE=on or off forces sim.Config.ShareProfiles (default:
+// pollux shares profiles on the typed clusters), and HETERO_VARIANTS keeps
+// only the labels listed.
 // It runs only with POLLUX_HETERO=1 (`make hetero` sets it), so that
 // `make test` stays within CI's time: about 56 simulations of ~20-100 s
 // each on a loaded two-core machine.
@@ -193,6 +195,12 @@ func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application
 		return results.Summary{}, err
 	}
 	cfg := sim.Config{Cluster: groups, Rules: sim.RulesSia}
+	switch os.Getenv("HETERO_SHARE") {
+	case "on":
+		cfg.ShareProfiles = sim.ShareOn
+	case "off":
+		cfg.ShareProfiles = sim.ShareOff
+	}
 	if v := os.Getenv("HETERO_START"); v != "" {
 		if cfg.ExploreStart, err = strconv.Atoi(v); err != nil {
 			return results.Summary{}, fmt.Errorf("HETERO_START: %w", err)

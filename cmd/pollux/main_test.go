@@ -66,6 +66,10 @@ func TestSimulateBadInput(t *testing.T) {
 			},
 			wantCode: 2, wantMsg: []string{"w.csv:2"},
 		},
+		"bad share-profiles": {
+			args:     func(*testing.T) []string { return []string{"simulate", "-workload", "workload-1", "-share-profiles", "maybe"} },
+			wantCode: 2, wantMsg: []string{"-share-profiles", `"maybe"`},
+		},
 		"unknown policy": {
 			args:     func(*testing.T) []string { return []string{"simulate", "-workload", "workload-1", "-policy", "fifo"} },
 			wantCode: 2, wantMsg: []string{`"fifo"`},

@@ -37,6 +37,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		stall        = fs.Int("ga-stall", 0, "end a Pollux round's search once the first front has not changed for this many generations (0: the size-aware default, 20 on one GPU type with at most 64 GPUs; -1: all generations)")
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
 		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
+		share        = fs.String("share-profiles", "auto", "fit a job's throughput models on the profiles of every job of its application: auto (pollux on a cluster of several GPU types), on, off")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: pollux simulate -workload FILE [flags]")
@@ -97,6 +98,15 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return classify(err)
 	}
 	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Cluster: groups, Rules: rules, Interval: *interval, ExploreStart: *exploreStart}
+	switch *share {
+	case "auto":
+	case "on":
+		cfg.ShareProfiles = sim.ShareOn
+	case "off":
+		cfg.ShareProfiles = sim.ShareOff
+	default:
+		return usageErr("-share-profiles: want auto, on or off, got %q", *share)
+	}
 	if *restartDelay > 0 {
 		// One delay for every job, whatever the rules' per-application table.
 		cfg.RestartDelay = *restartDelay
