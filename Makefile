@@ -89,5 +89,5 @@ ci: check test ## what CI runs
 clean:
 	rm -rf $(BIN) out
 
-hetero: ## type-aware pollux vs sia under -rules sia: sia-philly-1..8 and sia-helios-1..10 on t4:6x4,rtx2080ti:3x8,a100:2x8, sia-philly-1..8 on t4:16x4, sia-newtrace-1..10 on the 3-type cluster; about 25 min (HETERO_TABLES=1,2 picks tables, HETERO_KNOBS=1 adds Sia's restrictions as pollux variants)
+hetero: ## type-aware pollux vs sia under -rules sia: sia-philly-1..8 and sia-helios-1..10 on t4:6x4,rtx2080ti:3x8,a100:2x8, sia-philly-1..8 on t4:16x4, sia-newtrace-1..10 and five generated held-out workloads on the 3-type cluster; about 28 min (HETERO_TABLES=1,2 picks tables, HETERO_KNOBS=1 adds Sia's restrictions as pollux variants)
 	POLLUX_HETERO=1 $(GO) test -count=1 -run 'TestHetero$$' -v -timeout 120m ./sim/
