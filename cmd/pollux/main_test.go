@@ -67,7 +67,9 @@ func TestSimulateBadInput(t *testing.T) {
 			wantCode: 2, wantMsg: []string{"w.csv:2"},
 		},
 		"bad share-profiles": {
-			args:     func(*testing.T) []string { return []string{"simulate", "-workload", "workload-1", "-share-profiles", "maybe"} },
+			args: func(*testing.T) []string {
+				return []string{"simulate", "-workload", "workload-1", "-share-profiles", "maybe"}
+			},
 			wantCode: 2, wantMsg: []string{"-share-profiles", `"maybe"`},
 		},
 		"unknown policy": {
