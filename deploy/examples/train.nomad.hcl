@@ -26,6 +26,7 @@ job "digits" {
     pollux_accumulation    = "true"
     pollux_lr_scaling      = "sqrt"  # SGD with momentum here; adascale is the default
     pollux_max_gpus        = "16"
+    pollux_model           = "digits-mlp"  # jobs naming one model share throughput profiles (several GPU types)
   }
 
   group "workers" {
