@@ -11,6 +11,12 @@ import (
 // keeps memory and fitting time flat on a long-lived controller).
 const PoolMaxPoints = 512
 
+// PoolMaxSets bounds the (model key, GPU type) sets a ProfilePool keeps: a
+// new set past it evicts the one least recently added to, so that a
+// long-lived controller that has seen many model names keeps memory
+// bounded (at most PoolMaxSets × PoolMaxPoints points).
+const PoolMaxSets = 4096
+
 // ProfilePool gathers the throughput profile points of jobs that train the
 // same model (one key, for example the job's declared model name) per GPU
 // type, so that a job's throughput model can be fitted on what every job
@@ -23,6 +29,8 @@ const PoolMaxPoints = 512
 type ProfilePool struct {
 	mu   sync.Mutex
 	sets map[poolKey]*poolSet
+	// tick orders the sets by their last addition (for eviction).
+	tick uint64
 }
 
 type poolKey struct{ model, gpuType string }
@@ -33,6 +41,7 @@ type poolConfig struct {
 }
 
 type poolSet struct {
+	used   uint64
 	seen   map[poolConfig]bool
 	points []ProfilePoint
 	// fit caches the fit of the first fitN points.
@@ -57,9 +66,14 @@ func (p *ProfilePool) Add(key, gpuType string, points []ProfilePoint) int {
 	k := poolKey{key, gpuType}
 	s := p.sets[k]
 	if s == nil {
+		if len(p.sets) >= PoolMaxSets {
+			p.evict()
+		}
 		s = &poolSet{seen: map[poolConfig]bool{}}
 		p.sets[k] = s
 	}
+	p.tick++
+	s.used = p.tick
 	added := 0
 	for _, pt := range points {
 		if len(s.points) >= PoolMaxPoints {
@@ -77,6 +91,18 @@ func (p *ProfilePool) Add(key, gpuType string, points []ProfilePoint) int {
 		added++
 	}
 	return added
+}
+
+// evict drops the set least recently added to (p.mu held).
+func (p *ProfilePool) evict() {
+	var oldest poolKey
+	first := true
+	for k, s := range p.sets {
+		if first || s.used < p.sets[oldest].used {
+			oldest, first = k, false
+		}
+	}
+	delete(p.sets, oldest)
 }
 
 func validPoolPoint(pt ProfilePoint) bool {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -70,6 +71,21 @@ func TestProfilePoolBound(t *testing.T) {
 	}
 	if n := pool.Add("k", "", pts); n != PoolMaxPoints {
 		t.Errorf("Add = %d, want the bound %d", n, PoolMaxPoints)
+	}
+}
+
+func TestProfilePoolEvictsLeastRecent(t *testing.T) {
+	var pool ProfilePool
+	pt := []ProfilePoint{{Nodes: 1, Replicas: 1, LocalBsz: 16, AccumStepTime: 0.1, OptimStepTime: 0.1}}
+	for i := range PoolMaxSets {
+		pool.Add(fmt.Sprint("m", i), "t4", pt)
+	}
+	// m0 is used again; the next new set evicts m1, the least recent.
+	pool.Add("m0", "t4", []ProfilePoint{{Nodes: 1, Replicas: 2, LocalBsz: 16, AccumStepTime: 0.1, OptimStepTime: 0.2}})
+	pool.Add("new", "t4", pt)
+	if pool.Len("m0", "t4") != 2 || pool.Len("new", "t4") != 1 || pool.Len("m1", "t4") != 0 || pool.Len("m2", "t4") != 1 {
+		t.Errorf("after eviction: m0 %d, new %d, m1 %d, m2 %d points; want 2, 1, 0 (evicted), 1",
+			pool.Len("m0", "t4"), pool.Len("new", "t4"), pool.Len("m1", "t4"), pool.Len("m2", "t4"))
 	}
 }
 
