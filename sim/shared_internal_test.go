@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/pollux-nomad/pollux/policy"
@@ -116,6 +117,14 @@ func TestSharedProfiles(t *testing.T) {
 				t.Error("not shared: a job has a model of a type only the other ran on")
 			}
 		}
+	}
+
+	pol, err := newTestPolicy("pollux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Cluster: groups, Rules: RulesSia, ShareProfiles: Share(7)}, applications, jobs, "shared", pol); err == nil || !strings.Contains(err.Error(), "ShareProfiles") {
+		t.Errorf("ShareProfiles 7: error %v, want one naming ShareProfiles", err)
 	}
 
 	// Defaults: pollux shares on several types, not on one; sia never.

@@ -292,6 +292,9 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			return nil, err
 		}
 	}
+	if cfg.ShareProfiles < ShareDefault || cfg.ShareProfiles > ShareOff {
+		return nil, fmt.Errorf("sim: ShareProfiles: unknown value %d (want ShareDefault, ShareOn or ShareOff)", cfg.ShareProfiles)
+	}
 	var pool *model.ProfilePool
 	if cfg.ShareProfiles == ShareOn || cfg.ShareProfiles == ShareDefault && traits.SharedProfiles && len(cfg.Cluster) > 1 {
 		pool = &model.ProfilePool{}
