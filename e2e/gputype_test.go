@@ -77,19 +77,23 @@ func TestGPUTypesOnNomad(t *testing.T) {
 	id := e.registerJob("types", map[string]string{
 		"pollux_init_batch_size": strconv.Itoa(app.InitBatchSize), "pollux_max_batch_size": strconv.Itoa(app.MaxBatchSize),
 		"pollux_local_bsz_min": strconv.Itoa(app.MinLocalBsz), "pollux_local_bsz_max": strconv.Itoa(app.MaxLocalBsz),
-		"pollux_max_gpus": "4",
+		"pollux_max_gpus": "4", contract.MetaModel: "imagenet-emulated",
 	})
-	job, _, err := e.nomad.Jobs().Info(id, nil)
-	if err != nil {
-		t.Fatal(err)
+	emulated := func(id string) {
+		t.Helper()
+		job, _, err := e.nomad.Jobs().Info(id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := job.TaskGroups[0].Tasks[0]
+		task.Config = map[string]any{"command": bin, "args": []string{"emulate", "-app", "imagenet", "-speedup", "50",
+			"-kv-prefix", e.prefix, "-report-interval", "500ms", "-gpu-speed", "a100=3"}}
+		task.Env = map[string]string{"CONSUL_HTTP_ADDR": c.env["CONSUL_HTTP_ADDR"], contract.EnvGPUType: "${meta.gpu_type}"}
+		if _, _, err := e.nomad.Jobs().Register(job, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	task := job.TaskGroups[0].Tasks[0]
-	task.Config = map[string]any{"command": bin, "args": []string{"emulate", "-app", "imagenet", "-speedup", "50",
-		"-kv-prefix", e.prefix, "-report-interval", "500ms", "-gpu-speed", "a100=3"}}
-	task.Env = map[string]string{"CONSUL_HTTP_ADDR": c.env["CONSUL_HTTP_ADDR"], contract.EnvGPUType: "${meta.gpu_type}"}
-	if _, _, err := e.nomad.Jobs().Register(job, nil); err != nil {
-		t.Fatal(err)
-	}
+	emulated(id)
 	// No restart penalty: a type-aware policy would otherwise (rightly)
 	// keep a job this young where it is rather than pay a restart. The
 	// job starts on one GPU (explore_start 1), so that the move to a100
@@ -151,8 +155,10 @@ func TestGPUTypesOnNomad(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 	t.Logf("first hold: %d rounds left the job on t4 before the move", held)
-	if js.Models["t4"] != "fitted" || js.Models["a100"] != "predicted" {
-		t.Fatalf("models %v: want t4 fitted and a100 predicted", js.Models)
+	// The job names its model (pollux_model): its t4 model is the fit on
+	// its model's pooled t4 points (its own so far).
+	if js.Models["t4"] != "shared" || js.Models["a100"] != "predicted" {
+		t.Fatalf("models %v: want t4 shared and a100 predicted", js.Models)
 	}
 	if !js.Applied || js.GPUType != "a100" {
 		t.Fatalf("second round: %+v (decision %+v), want the job moved to a100", js, js.Decision)
@@ -176,20 +182,13 @@ func TestGPUTypesOnNomad(t *testing.T) {
 		t.Fatal(err)
 	}
 	js = jobStatus(t, st, id)
-	if js.Models["t4"] != "fitted" || js.Models["a100"] != "fitted" {
-		t.Fatalf("models %v: want both fitted", js.Models)
+	if js.Models["t4"] != "shared" || js.Models["a100"] != "shared" {
+		t.Fatalf("models %v: want both shared (fitted on the pooled points of its model)", js.Models)
 	}
 	if js.GPUType != "a100" || js.Changed {
 		t.Errorf("third round: type %s changed %v, want the job left on a100", js.GPUType, js.Changed)
 	}
-	raw, _, err := e.kv.Get(ctx, "jobs/default/"+id+"/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := contract.ParseState(raw, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := readJobState(t, e, id)
 	m := float64(app.MinLocalBsz+app.MaxLocalBsz) / 2
 	ratio := model.PerfParams(s.Typed["t4"].Perf).AccumStepTime(m) / model.PerfParams(s.Typed["a100"].Perf).AccumStepTime(m)
 	t.Logf("fitted compute time t4/a100 at local batch %g: %.2f (emulated 3); profile points t4 %d, a100 %d; restarts %d",
@@ -200,6 +199,52 @@ func TestGPUTypesOnNomad(t *testing.T) {
 	if s.GPUType != "a100" {
 		t.Errorf("state gpu_type %q, want a100", s.GPUType)
 	}
+
+	// 5. A second job of the same model: once it has reported on the type
+	// it was placed on, its model on the other type is fitted on what the
+	// first job measured there ("shared", not "predicted"), while its own
+	// state holds only its own fit.
+	idB := e.registerJob("types-b", map[string]string{
+		"pollux_init_batch_size": strconv.Itoa(app.InitBatchSize), "pollux_max_batch_size": strconv.Itoa(app.MaxBatchSize),
+		"pollux_local_bsz_min": strconv.Itoa(app.MinLocalBsz), "pollux_local_bsz_max": strconv.Itoa(app.MaxLocalBsz),
+		"pollux_max_gpus": "2", contract.MetaModel: "imagenet-emulated",
+	})
+	emulated(idB)
+	deadline := time.Now().Add(90 * time.Second)
+	var jb jobs.JobStatus
+	for {
+		st, err = ctl.Round(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jb = jobStatus(t, st, idB)
+		if jb.Models["t4"] == "shared" && jb.Models["a100"] == "shared" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second job of the model: models %v (status %+v), want both shared", jb.Models, jb)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	sB := readJobState(t, e, idB)
+	if len(sB.Typed) == 0 || len(sB.Typed) > 1 && sB.Restarts == 0 {
+		t.Errorf("second job's own fits %+v (restarts %d): want only the type(s) it ran on", sB.Typed, sB.Restarts)
+	}
+	t.Logf("second job of the model on %s: models %v", jb.GPUType, jb.Models)
+}
+
+// readJobState reads and parses the controller's state document of job id.
+func readJobState(t *testing.T, e *env, id string) *contract.State {
+	t.Helper()
+	raw, _, err := e.kv.Get(context.Background(), "jobs/default/"+id+"/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := contract.ParseState(raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // mustPlacement parses a decision's placement.
