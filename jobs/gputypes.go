@@ -515,9 +515,6 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 	points := map[string][]model.ProfilePoint{}
 	for _, t := range types {
 		points[t] = metrics.ProfilePoints(byType[t])
-		if key := c.sharedKey(r, e); key != "" {
-			c.profiles.Add(key, t, points[t])
-		}
 	}
 	fits, err := model.FitTyped(points, nil, types, nil)
 	if err != nil {
@@ -538,6 +535,12 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 		typed[t] = tp
 		total += len(points)
 		maxProfiled = max(maxProfiled, tp.MaxProfiled)
+	}
+	// Only a document whose fits are all valid adds to its model's pool.
+	if key := c.sharedKey(r, e); key != "" {
+		for _, t := range types {
+			c.profiles.Add(key, t, points[t])
+		}
 	}
 	main := e.gpuType
 	if _, ok := typed[main]; !ok {
