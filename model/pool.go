@@ -123,22 +123,6 @@ func (p *ProfilePool) Len(key, gpuType string) int {
 	return 0
 }
 
-// Types returns the GPU types the pool holds points of for key.
-func (p *ProfilePool) Types(key string) []string {
-	if p == nil {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for k, s := range p.sets {
-		if k.model == key && len(s.points) > 0 {
-			out = append(out, k.gpuType)
-		}
-	}
-	return out
-}
-
 // Fit returns the throughput model fitted (FitPerfParams) on the pool's
 // points of key on gpuType and how many points it used; ok is false when
 // the pool has none or the fit failed. The fit is cached until points are
