@@ -213,11 +213,8 @@ func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application
 		return results.Summary{}, err
 	}
 	cfg := sim.Config{Cluster: groups, Rules: sim.RulesSia}
-	switch os.Getenv("HETERO_SHARE") {
-	case "on":
-		cfg.ShareProfiles = sim.ShareOn
-	case "off":
-		cfg.ShareProfiles = sim.ShareOff
+	if cfg.ShareProfiles, err = sim.ParseShare(os.Getenv("HETERO_SHARE")); err != nil {
+		return results.Summary{}, fmt.Errorf("HETERO_SHARE: %w", err)
 	}
 	if v := os.Getenv("HETERO_START"); v != "" {
 		if cfg.ExploreStart, err = strconv.Atoi(v); err != nil {

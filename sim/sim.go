@@ -112,6 +112,19 @@ const (
 	ShareOff
 )
 
+// ParseShare reads a ShareProfiles setting: "auto" (or ""), "on" or "off".
+func ParseShare(s string) (Share, error) {
+	switch s {
+	case "", "auto":
+		return ShareDefault, nil
+	case "on":
+		return ShareOn, nil
+	case "off":
+		return ShareOff, nil
+	}
+	return 0, fmt.Errorf("want auto, on or off, got %q", s)
+}
+
 func (c Config) withDefaults() Config {
 	if c.Nodes == 0 {
 		c.Nodes = 16

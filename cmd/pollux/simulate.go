@@ -98,14 +98,8 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return classify(err)
 	}
 	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Cluster: groups, Rules: rules, Interval: *interval, ExploreStart: *exploreStart}
-	switch *share {
-	case "auto":
-	case "on":
-		cfg.ShareProfiles = sim.ShareOn
-	case "off":
-		cfg.ShareProfiles = sim.ShareOff
-	default:
-		return usageErr("-share-profiles: want auto, on or off, got %q", *share)
+	if cfg.ShareProfiles, err = sim.ParseShare(*share); err != nil {
+		return usageErr("-share-profiles: %v", err)
 	}
 	if *restartDelay > 0 {
 		// One delay for every job, whatever the rules' per-application table.
