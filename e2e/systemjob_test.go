@@ -201,6 +201,25 @@ func allocLog(t *testing.T, clusterDir, allocID, task string) string {
 	return b.String()
 }
 
+// allocLogWith polls a task's log until it holds every one of want or
+// within has passed, and returns the last log read: an instance logs a
+// moment after the state the test sees (a lock held, a port open).
+func allocLogWith(t *testing.T, clusterDir, allocID, task string, within time.Duration, want ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		log := allocLog(t, clusterDir, allocID, task)
+		all := true
+		for _, w := range want {
+			all = all && strings.Contains(log, w)
+		}
+		if all || time.Now().After(deadline) {
+			return log
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // lockHolder reads the leader lock's key: its value (the holder's
 // instance name) and session ("" when free).
 func (e *env) lockHolder(t *testing.T) (string, string) {
@@ -314,10 +333,10 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, tokens []string) {
 			t.Errorf("%s /healthz %d %q", in.addr, code, body)
 		}
 	}
-	if log := allocLog(t, clusterDir, leader.alloc.ID, "agent"); !strings.Contains(log, "acquired leadership") {
+	if log := allocLogWith(t, clusterDir, leader.alloc.ID, "agent", 15*time.Second, "acquired leadership"); !strings.Contains(log, "acquired leadership") {
 		t.Errorf("the leader's log has no 'acquired leadership':\n%.2000s", log)
 	}
-	if log := allocLog(t, clusterDir, follower.alloc.ID, "agent"); !strings.Contains(log, "waiting for leadership") || strings.Contains(log, "acquired leadership") {
+	if log := allocLogWith(t, clusterDir, follower.alloc.ID, "agent", 15*time.Second, "waiting for leadership"); !strings.Contains(log, "waiting for leadership") || strings.Contains(log, "acquired leadership") {
 		t.Errorf("the follower's log does not show it waiting:\n%.2000s", log)
 	}
 	if acl {
@@ -426,7 +445,7 @@ func runSystemJob(t *testing.T, e *env, clusterDir string, tokens []string) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	t.Logf("failover after nomad alloc stop of the leader: %s", time.Since(stopped).Round(100*time.Millisecond))
-	if log := allocLog(t, clusterDir, leader.alloc.ID, "agent"); !strings.Contains(log, `"leadership ended"`) || !strings.Contains(log, `"reason":"released"`) {
+	if log := allocLogWith(t, clusterDir, leader.alloc.ID, "agent", 15*time.Second, `"leadership ended"`, `"reason":"released"`); !strings.Contains(log, `"leadership ended"`) || !strings.Contains(log, `"reason":"released"`) {
 		t.Errorf("the stopped leader did not log releasing the lock; its last lines:\n%s", lastLines(log, 5))
 	}
 	// The new leader goes on with rounds. (Nomad v1.6.1 does not replace
