@@ -58,7 +58,7 @@ func Classify(err error, op, need string) error {
 		strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found") {
 		return accessErr(AccessError{Op: op, Denied: true, Fix: "the token needs " + need, Err: err})
 	}
-	if p, fix, ok := tlsProblem(err); ok {
+	if p, fix, ok := access.TLSAdvice(err, tlsVars); ok {
 		return accessErr(AccessError{Op: op, Problem: p, Fix: fix, Err: err})
 	}
 	return err
@@ -84,22 +84,8 @@ func accessErr(e AccessError) *AccessError {
 	return &e
 }
 
-// tlsProblem says what a TLS failure of a request means and which
-// variable fixes it.
-func tlsProblem(err error) (problem, fix string, ok bool) {
-	switch kind, detail := access.TLS(err); kind {
-	case access.UnknownCA:
-		return "the agent's certificate is not signed by a CA this client trusts", "set CONSUL_CACERT to the CA certificate that signed it", true
-	case access.WrongHost:
-		return "the agent's certificate is not valid for " + detail, "use an address the certificate names in CONSUL_HTTP_ADDR, or set CONSUL_TLS_SERVER_NAME", true
-	case access.InvalidCert:
-		return "the agent's certificate is not valid (" + detail + ")", "renew the agent's certificate or set CONSUL_CACERT to the CA that signed it", true
-	case access.PlainServer:
-		return "the agent speaks plain HTTP, the client HTTPS", "unset CONSUL_HTTP_SSL (or enable HTTPS on the agent)", true
-	case access.NeedsClientCert:
-		return "the agent wants a client certificate", "set CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY", true
-	case access.OtherTLS:
-		return "TLS handshake failed", "check CONSUL_HTTP_ADDR, CONSUL_HTTP_SSL, CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY", true
-	}
-	return "", "", false
-}
+// tlsVars are the settings that fix this server's TLS failures.
+var tlsVars = access.TLSVars{Peer: "agent", Addr: "CONSUL_HTTP_ADDR", CACert: "CONSUL_CACERT", ServerName: "CONSUL_TLS_SERVER_NAME",
+	ClientCert: "CONSUL_CLIENT_CERT", ClientKey: "CONSUL_CLIENT_KEY",
+	PlainFix: "unset CONSUL_HTTP_SSL (or enable HTTPS on the agent)",
+	OtherFix: "check CONSUL_HTTP_ADDR, CONSUL_HTTP_SSL, CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY"}

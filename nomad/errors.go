@@ -55,7 +55,7 @@ func Classify(err error, op, need string) error {
 		}
 		return err
 	}
-	if p, fix, ok := tlsProblem(err); ok {
+	if p, fix, ok := access.TLSAdvice(err, tlsVars); ok {
 		return accessErr(AccessError{Op: op, Problem: p, Fix: fix, Err: err})
 	}
 	return err
@@ -67,22 +67,8 @@ func accessErr(e AccessError) *AccessError {
 	return &e
 }
 
-// tlsProblem says what a TLS failure of a request means and which
-// variable fixes it.
-func tlsProblem(err error) (problem, fix string, ok bool) {
-	switch kind, detail := access.TLS(err); kind {
-	case access.UnknownCA:
-		return "the server's certificate is not signed by a CA this client trusts", "set NOMAD_CACERT to the CA certificate that signed it", true
-	case access.WrongHost:
-		return "the server's certificate is not valid for " + detail, "use an address the certificate names in NOMAD_ADDR, or set NOMAD_TLS_SERVER_NAME", true
-	case access.InvalidCert:
-		return "the server's certificate is not valid (" + detail + ")", "renew the server's certificate or set NOMAD_CACERT to the CA that signed it", true
-	case access.PlainServer:
-		return "the server speaks plain HTTP, the client HTTPS", "set NOMAD_ADDR=http://... or enable TLS on the server", true
-	case access.NeedsClientCert:
-		return "the server wants a client certificate", "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY", true
-	case access.OtherTLS:
-		return "TLS handshake failed", "check NOMAD_ADDR, NOMAD_CACERT, NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY", true
-	}
-	return "", "", false
-}
+// tlsVars are the settings that fix this server's TLS failures.
+var tlsVars = access.TLSVars{Peer: "server", Addr: "NOMAD_ADDR", CACert: "NOMAD_CACERT", ServerName: "NOMAD_TLS_SERVER_NAME",
+	ClientCert: "NOMAD_CLIENT_CERT", ClientKey: "NOMAD_CLIENT_KEY",
+	PlainFix: "set NOMAD_ADDR=http://... or enable TLS on the server",
+	OtherFix: "check NOMAD_ADDR, NOMAD_CACERT, NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY"}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with a local Consul + Nomad cluster (scripts/cluster.sh) and
-# its environment (NOMAD_ADDR, CONSUL_HTTP_ADDR, POLLUX_DEVICE, ...):
+# its environment (NOMAD_ADDR, CONSUL_HTTP_ADDR, POLLUX_DEVICE, ...,
+# and POLLUX_E2E=1, which enables the tests that need the cluster):
 #
 #   scripts/with-cluster.sh go test ./...
 #
@@ -59,4 +60,7 @@ trap 'exit 143' TERM
 
 # shellcheck disable=SC1091
 . "$dir/env"
+# The tests that need a real cluster run only when asked (POLLUX_E2E=1);
+# under this script the cluster is there, so ask.
+export POLLUX_E2E=1
 "$@" 9>&-

@@ -496,7 +496,7 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 			// Sia restarts a job only when its GPU type or the shape of
 			// its placement changes (cluster.py optimize_policy; job.py
 			// reallocate compares placement tuples, migrate the type).
-			if len(old) > 0 && len(cur) > 0 && t == j.gpuType && equalInts(placement, j.placement) {
+			if len(old) > 0 && len(cur) > 0 && t == j.gpuType && slices.Equal(placement, j.placement) {
 				continue
 			}
 		}
@@ -594,18 +594,6 @@ func siaPlacement(t string, p []int) []int {
 		k -= n
 	}
 	return out
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // netScales estimates, per application and pair of the cluster's GPU

@@ -56,7 +56,11 @@ type setup struct {
 }
 
 func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, error) {
-	log := hclog.New(&hclog.LoggerOptions{Name: "pollux", Level: hclog.LevelFromString(f.logLevel), JSONFormat: f.logJSON, Output: stderr})
+	level := hclog.LevelFromString(f.logLevel)
+	if level == hclog.NoLevel {
+		return nil, usageErr("-log-level %q: want trace, debug, info, warn or error", f.logLevel)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "pollux", Level: level, JSONFormat: f.logJSON, Output: stderr})
 	cfg := jobs.DefaultConfig()
 	if f.config != "" {
 		loaded, err := jobs.LoadConfigFile(f.config)
@@ -214,8 +218,6 @@ type readOnlyKV struct{ jobs.KV }
 func (readOnlyKV) Put(context.Context, string, []byte) error         { return nil }
 func (readOnlyKV) CAS(context.Context, string, []byte, uint64) error { return nil }
 func (readOnlyKV) Delete(context.Context, string, bool) error        { return nil }
-
-func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
 
 // printStatus prints a round as a table, or one job's detail (job not
 // empty), or either as JSON.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,5 +226,21 @@ func TestFitPrintsPredictions(t *testing.T) {
 	}
 	if out.Predictions[0].Speedup != 1 {
 		t.Errorf("speedup on 1 GPU = %g, want 1", out.Predictions[0].Speedup)
+	}
+}
+
+// A mistyped -log-level is refused before anything connects, naming the
+// value and the levels there are (hclog alone would log at no level).
+func TestAgentBadLogLevel(t *testing.T) {
+	for _, cmd := range []string{"agent", "status", "plan"} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), []string{cmd, "-log-level", "inf"}, io.Discard, &stderr)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%s -log-level inf: exit %d (%v), want 2", cmd, code, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, `"inf"`) || !strings.Contains(msg, "debug") {
+			t.Errorf("%s -log-level inf: error %q names neither the value nor the levels", cmd, msg)
+		}
 	}
 }

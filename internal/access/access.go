@@ -84,3 +84,32 @@ func TLS(err error) (kind TLSKind, detail string) {
 	}
 	return NotTLS, ""
 }
+
+// TLSVars names, for one server's clients, the settings that fix a TLS
+// failure: Peer is what the client talks to ("agent", "server"), the
+// others the environment variables of its API client, PlainFix the fix
+// when the peer speaks plain HTTP to an HTTPS client and OtherFix the one
+// for any other handshake failure.
+type TLSVars struct {
+	Peer, Addr, CACert, ServerName, ClientCert, ClientKey, PlainFix, OtherFix string
+}
+
+// TLSAdvice says what a TLS failure of a request means and which setting
+// fixes it; ok is false when err is no TLS failure.
+func TLSAdvice(err error, v TLSVars) (problem, fix string, ok bool) {
+	switch kind, detail := TLS(err); kind {
+	case UnknownCA:
+		return "the " + v.Peer + "'s certificate is not signed by a CA this client trusts", "set " + v.CACert + " to the CA certificate that signed it", true
+	case WrongHost:
+		return "the " + v.Peer + "'s certificate is not valid for " + detail, "use an address the certificate names in " + v.Addr + ", or set " + v.ServerName, true
+	case InvalidCert:
+		return "the " + v.Peer + "'s certificate is not valid (" + detail + ")", "renew the " + v.Peer + "'s certificate or set " + v.CACert + " to the CA that signed it", true
+	case PlainServer:
+		return "the " + v.Peer + " speaks plain HTTP, the client HTTPS", v.PlainFix, true
+	case NeedsClientCert:
+		return "the " + v.Peer + " wants a client certificate", "set " + v.ClientCert + " and " + v.ClientKey, true
+	case OtherTLS:
+		return "TLS handshake failed", v.OtherFix, true
+	}
+	return "", "", false
+}
