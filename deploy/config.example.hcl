@@ -12,7 +12,7 @@ explore_factor         = 4
 explore_start          = 4
 
 # GPU types (off unless gpu_type_source is set): where a node's GPU model
-# name comes from, and how names map to types. See the README, "GPU types".
+# name comes from, and how names map to types. See docs/operators.md, "GPU types".
 # gpu_type_source = "device.model"          # or "meta.gpu_type", "attr.<key>"
 # gpu_type_map    = { "NVIDIA L4" = "l4" }  # over the built-in NVIDIA rules
 # gpu_type_speed  = { l4 = 1.3 }            # over t4 1, v100 1.8, a100 2, ...

@@ -112,7 +112,7 @@ job "pollux" {
 
       # NOMAD_ADDR, CONSUL_HTTP_ADDR and the tokens come from the node's
       # environment or Nomad workload identity / Vault; set them here if not.
-      # With ACLs, store the two least-privilege tokens (deploy/acl/, README
+      # With ACLs, store the two least-privilege tokens (deploy/acl/, docs/operators.md,
       # "Access control and TLS") in the Nomad variable nomad/jobs/pollux,
       # which this job's workload identity may read, and run with
       # -var tokens_from_variable=true:
