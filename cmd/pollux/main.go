@@ -1,6 +1,6 @@
 // Command pollux is the Pollux goodput-optimising scheduler for Nomad: the
 // controller (agent), the trace-driven simulator and model tools. See the
-// README for usage.
+// README and docs/ for usage.
 package main
 
 import (
@@ -30,7 +30,7 @@ func usageErr(format string, a ...any) error {
 const usage = `Usage: pollux <command> [flags]
 
 Commands:
-  simulate   replay a workload on a simulated cluster (Pollux, Tiresias, Optimus)
+  simulate   replay a workload on a simulated cluster (Pollux, Tiresias, Optimus, Sia)
   fit        fit the goodput models to one metrics document and print predictions
   agent      run the controller against Nomad and Consul
   status     print the controller's last round (from Consul KV)
