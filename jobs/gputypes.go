@@ -152,8 +152,29 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// typed reports whether the configuration tells GPU types apart.
+// typed reports whether the configuration tells GPU types apart: nodes
+// and decisions carry their GPU type. Whether the cluster has several
+// types is SeveralGPUTypes.
 func (c Config) typed() bool { return c.GPUTypeSource != "" }
+
+// SeveralGPUTypes reports whether the nodes (node ID to GPU type, "" for
+// none) hold GPUs of more than one type. Only such a cluster pools the
+// profiles of the jobs of one model, and one whose GPUs are all of one
+// type is scheduled as an untyped one would be, however its types are
+// read.
+func SeveralGPUTypes(nodeType map[string]string) bool {
+	first := ""
+	for _, t := range nodeType {
+		switch {
+		case t == "":
+		case first == "":
+			first = t
+		case t != first:
+			return true
+		}
+	}
+	return false
+}
 
 // speed is a GPU type's relative per-GPU speed (1 if unknown).
 func (c Config) speed(t string) float64 {
@@ -567,7 +588,7 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 // on t4:16x4 under -rules sia: 6933 -> 7075 s), while on the 3-type
 // cluster it is what places jobs right (README, "Shared profiles").
 func (c *Controller) sharedKey(r *round, e *entry) string {
-	if !r.traits.SharedProfiles || !r.cfg.typed() {
+	if !r.traits.SharedProfiles || !SeveralGPUTypes(r.nodeType) {
 		return ""
 	}
 	return e.spec.Model
