@@ -188,12 +188,12 @@ func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int,
 		e := r.entries[s.Index]
 		done[i] = true
 		c.begin1(e, s)
-		c.intend(e, s.Alloc, s.Decision)
+		c.intend(r, e, s.Alloc, s.Decision)
 		raw, _ := json.Marshal(e.state)
 		intents = append(intents, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
 	}
-	failed, err := c.putMany(actx, intents)
-	if err != nil && !c.kvDown(err) {
+	failed, err := r.kv.putMany(actx, intents)
+	if err != nil && !r.kv.down(err) {
 		c.log.Warn("failed to record writes ahead; holding those jobs", "jobs", len(failed), "error", err)
 		c.metrics.incError("write_state")
 	}
@@ -221,7 +221,7 @@ func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int,
 			defer func() { <-sem }()
 			before := e.job.Running
 			from := contract.FormatPlacement(e.job.Placement)
-			idx, ok := c.change(actx, e, s.Alloc, s.Decision, s.GPUModels, r.status)
+			idx, ok := c.change(actx, r, e, s.Alloc, s.Decision, s.GPUModels)
 			raw, _ := json.Marshal(e.state)
 			mu.Lock()
 			outcomes = append(outcomes, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
@@ -233,12 +233,12 @@ func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int,
 			}
 			mu.Unlock()
 			if ok {
-				c.applied(ctx, e, s, from, idx, from != "")
+				c.applied(r, e, s, from, idx, from != "")
 			}
 		}()
 	}
 	wg.Wait()
-	if failed, err := c.putMany(actx, outcomes); err != nil && !c.kvDown(err) {
+	if failed, err := r.kv.putMany(actx, outcomes); err != nil && !r.kv.down(err) {
 		// The intents stay recorded; the next round's reconcile completes them.
 		c.log.Warn("failed to record the outcome of writes", "jobs", len(failed), "error", err)
 		c.metrics.incError("write_state")
@@ -293,7 +293,7 @@ func (c *Controller) vacateAndPlace(ctx context.Context, r *round, p Plan, block
 			return
 		}
 		e := r.entries[s.Index]
-		if c.vacate(ctx, e, r.status) {
+		if c.vacate(ctx, r, e) {
 			free.move(e.job.Running, nil)
 			placeAfter = append(placeAfter, s)
 			continue
@@ -322,7 +322,7 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 	c.begin1(e, s)
 	if !s.Change {
 		c.checkPlaced(ctx, e)
-		c.publish(ctx, ref, d)
+		c.publish(r, ref, d)
 		return
 	}
 	if p.DryRun {
@@ -334,9 +334,9 @@ func (c *Controller) settle(ctx context.Context, r *round, p Plan, e *entry, s *
 		return
 	}
 	from := contract.FormatPlacement(e.job.Placement)
-	idx, ok := c.write(ctx, e, s.Alloc, d, s.GPUModels, r.status)
+	idx, ok := c.write(ctx, r, e, s.Alloc, d, s.GPUModels)
 	if ok {
-		c.applied(ctx, e, s, from, idx, true)
+		c.applied(r, e, s, from, idx, true)
 	}
 }
 
@@ -350,10 +350,10 @@ func (c *Controller) begin1(e *entry, s *Step) {
 
 // applied records a step written to Nomad: status, published decision,
 // log (at info level, else debug).
-func (c *Controller) applied(ctx context.Context, e *entry, s *Step, from string, idx uint64, info bool) {
+func (c *Controller) applied(r *round, e *entry, s *Step, from string, idx uint64, info bool) {
 	d := s.Decision
 	e.st.Applied = true
-	c.publish(context.WithoutCancel(ctx), e.job.JobRef, d)
+	c.publish(r, e.job.JobRef, d)
 	logf := c.log.Debug
 	if info {
 		logf = c.log.Info
@@ -366,10 +366,10 @@ func (c *Controller) applied(ctx context.Context, e *entry, s *Step, from string
 // Plan.Vacate: a swap of GPUs between jobs). The job is consistent
 // meanwhile: no groups and the meta of a zero-GPU decision. It reports
 // whether the write happened.
-func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool {
-	d := Decide(e.spec, nil, nil, c.round)
+func (c *Controller) vacate(ctx context.Context, r *round, e *entry) bool {
+	d := Decide(e.spec, nil, nil, r.number)
 	from := contract.FormatPlacement(e.job.Placement)
-	idx, ok := c.write(ctx, e, nil, d, nil, status)
+	idx, ok := c.write(ctx, r, e, nil, d, nil)
 	if ok {
 		c.log.Info("stopped the job first: its new GPUs are held by a job that moves away in the same round", "job_id", e.job.JobRef.String(), "from", from, "job_modify_index", idx)
 	}
@@ -381,7 +381,7 @@ func (c *Controller) vacate(ctx context.Context, e *entry, status *Status) bool 
 // the entry describes the job as written. It returns the job's new
 // JobModifyIndex and whether the write happened; a refused or failed write
 // is recorded in the job's status.
-func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Decision, models []string, status *Status) (uint64, bool) {
+func (c *Controller) write(ctx context.Context, r *round, e *entry, alloc []string, d Decision, models []string) (uint64, bool) {
 	// A write that has begun is finished and recorded even if the round is
 	// cancelled (SIGTERM, lost lock) meanwhile: a request cut off half-way
 	// would leave the outcome unknown. The check-and-set keeps it safe.
@@ -389,20 +389,20 @@ func (c *Controller) write(ctx context.Context, e *entry, alloc []string, d Deci
 	defer cancel()
 	// Write-ahead: record the intent, so that whoever runs the next round
 	// can tell whether this write happened if this process dies during it.
-	c.intend(e, alloc, d)
-	if !c.saveState(actx, e.job.JobRef, e.state) {
+	c.intend(r, e, alloc, d)
+	if !r.kv.saveState(actx, e.job.JobRef, e.state) {
 		c.unrecorded(e)
 		return 0, false
 	}
-	idx, ok := c.change(actx, e, alloc, d, models, status)
-	c.saveState(actx, e.job.JobRef, e.state)
+	idx, ok := c.change(actx, r, e, alloc, d, models)
+	r.kv.saveState(actx, e.job.JobRef, e.state)
 	return idx, ok
 }
 
 // intend records in the job's state (in memory) the write about to be
 // made; it must be saved before the write (write-ahead).
-func (c *Controller) intend(e *entry, alloc []string, d Decision) {
-	e.state.Pending = &PendingApply{Round: c.round, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
+func (c *Controller) intend(r *round, e *entry, alloc []string, d Decision) {
+	e.state.Pending = &PendingApply{Round: r.number, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
 }
 
 // unrecorded holds a job whose intent could not be saved: no write
@@ -416,7 +416,7 @@ func (c *Controller) unrecorded(e *entry) {
 // Nomad, then the outcome in the job's state in memory (the caller saves
 // it). It returns the job's new JobModifyIndex and whether the write
 // happened; a refused or failed write is recorded in the job's status.
-func (c *Controller) change(ctx context.Context, e *entry, alloc []string, d Decision, models []string, status *Status) (uint64, bool) {
+func (c *Controller) change(ctx context.Context, r *round, e *entry, alloc []string, d Decision, models []string) (uint64, bool) {
 	ref := e.job.JobRef
 	log := c.log.With("job_id", ref.String())
 	want := PlacementOf(alloc)
@@ -424,9 +424,7 @@ func (c *Controller) change(ctx context.Context, e *entry, alloc []string, d Dec
 	switch {
 	case errors.Is(err, ErrConflict):
 		e.st.Conflict = true
-		c.statusMu.Lock()
-		status.Conflicts++
-		c.statusMu.Unlock()
+		r.conflict()
 		c.metrics.incConflict()
 		e.state.Pending = nil
 		log.Warn("job changed since it was read; keeping the operator's version and deciding again next round", "read_index", e.job.JobModifyIndex)
@@ -435,9 +433,7 @@ func (c *Controller) change(ctx context.Context, e *entry, alloc []string, d Dec
 		// Pending stays: the write may have happened (a timeout), and the
 		// next round's reconcile tells.
 		e.st.Error = err.Error()
-		c.statusMu.Lock()
-		status.Errors = append(status.Errors, fmt.Sprintf("%s: %v", ref, err))
-		c.statusMu.Unlock()
+		r.addError(fmt.Sprintf("%s: %v", ref, err))
 		c.metrics.incError("apply")
 		log.Error("failed to apply allocation", "error", err)
 		return 0, false
@@ -503,6 +499,6 @@ func SamePerNode(a, b []NodeGPUs) bool {
 // publish queues the decision key's write (when the decision changed), so
 // that workers can adopt it without a restart; the round writes the
 // queue after its apply phase (flushDecisions).
-func (c *Controller) publish(_ context.Context, ref JobRef, d Decision) {
-	c.queueDecision(ref, d)
+func (c *Controller) publish(r *round, ref JobRef, d Decision) {
+	c.queueDecision(r, ref, d)
 }

@@ -3,7 +3,6 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -20,25 +19,25 @@ import (
 // its model from new metrics. A job whose state cannot be read is held as
 // it is: without it, its restarts, pending write and model are unknown.
 func (c *Controller) fitJobs(ctx context.Context, r *round) {
-	// c.tree is the listing Round read alongside the snapshot.
-	defer func() { c.tree = nil }()
+	// The round's listing of keys serves the fit phase only.
+	defer r.kv.dropTree()
 	pre := c.prefit(r)
 	scheduled := r.entries[:0]
 	for _, e := range r.entries {
-		s, err := c.loadState(ctx, e.job.JobRef)
+		s, err := c.loadState(ctx, r, e.job.JobRef)
 		if err != nil {
 			r.hold(e.job)
 			e.st.State, e.st.Error = StateError, "held: "+err.Error()
 			continue
 		}
 		e.state = s
-		c.reconcile(ctx, e)
+		c.reconcile(r, e)
 		if r.cfg.typed() {
 			e.gpuType = cmp.Or(typeOfPlacement(e.job.Running, r.nodeType), typeOfPlacement(e.job.Placement, r.nodeType), s.GPUType)
 		}
 		c.refit(ctx, r, e, pre[e.job.JobRef])
 		if c.dirty {
-			c.deferState(e.job.JobRef, e.state)
+			r.kv.deferState(e.job.JobRef, e.state)
 		}
 		e.st.State = StateScheduled
 		scheduled = append(scheduled, e)
@@ -50,7 +49,7 @@ func (c *Controller) fitJobs(ctx context.Context, r *round) {
 			c.typedModels(r, e, hint)
 		}
 	}
-	if c.kvErr == nil {
+	if r.kv.failure() == nil {
 		c.dirty = false
 	}
 }
@@ -72,7 +71,7 @@ func (c *Controller) accrue(ctx context.Context, r *round) {
 			}
 			e.state.AttainedService = min(e.state.AttainedService+float64(held)*dt, maxAttainedService)
 			if ctx.Err() == nil {
-				c.deferState(e.job.JobRef, e.state)
+				r.kv.deferState(e.job.JobRef, e.state)
 			}
 		}
 	}
@@ -82,12 +81,12 @@ func (c *Controller) accrue(ctx context.Context, r *round) {
 // loadState returns the job's state from memory, else from Consul, else
 // (no key, or an unreadable one) a fresh one. It fails only when Consul
 // cannot be read: a fresh state then would overwrite the real one.
-func (c *Controller) loadState(ctx context.Context, ref JobRef) (*State, error) {
+func (c *Controller) loadState(ctx context.Context, r *round, ref JobRef) (*State, error) {
 	if s, ok := c.states[ref]; ok {
 		return s, nil
 	}
 	s := &State{Version: stateVersion}
-	raw, _, err := c.get(ctx, stateKey(ref))
+	raw, _, err := r.kv.get(ctx, stateKey(ref))
 	switch {
 	case err == nil:
 		if loaded, perr := parseState(raw); perr != nil {
@@ -108,7 +107,7 @@ func (c *Controller) loadState(ctx context.Context, ref JobRef) (*State, error) 
 // it died, or its answer was lost): if the job now has the pending
 // placement at a newer index, the write happened and its bookkeeping is
 // completed; otherwise it did not, and this round decides afresh.
-func (c *Controller) reconcile(ctx context.Context, e *entry) {
+func (c *Controller) reconcile(r *round, e *entry) {
 	p := e.state.Pending
 	if p == nil {
 		return
@@ -121,7 +120,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry) {
 		e.state.Pending = nil
 		log.Info("an interrupted write did not happen; deciding again", "read_index", p.ReadIndex, "job_modify_index", e.job.JobModifyIndex)
 	}
-	c.deferState(e.job.JobRef, e.state)
+	r.kv.deferState(e.job.JobRef, e.state)
 }
 
 // commit records an applied write in a job's state.
@@ -161,20 +160,20 @@ var fitWorkers = min(runtime.GOMAXPROCS(0), 8)
 // round's listing (models of one GPU type; fitting dominates a round's
 // CPU when thousands of workers report). It computes; refit applies.
 func (c *Controller) prefit(r *round) map[JobRef]*prefitted {
-	if c.tree == nil || c.kvErr != nil || r.cfg.typed() || fitWorkers < 2 {
+	if !r.kv.hasListing() || r.cfg.typed() || fitWorkers < 2 {
 		return nil
 	}
 	var todo []*prefitted
 	refs := map[JobRef]*prefitted{}
 	for _, e := range r.entries {
 		ref := e.job.JobRef
-		kv, ok := c.tree[metricsKey(ref)]
+		kv, ok := r.kv.listed(metricsKey(ref))
 		if !ok {
 			continue
 		}
 		if s, ok := c.states[ref]; ok && s.MetricsIndex == kv.ModifyIndex {
 			continue
-		} else if _, saved := c.tree[stateKey(ref)]; !ok && saved {
+		} else if _, saved := r.kv.listed(stateKey(ref)); !ok && saved {
 			continue // a new leader's: refit sees whether it is new
 		}
 		p := &prefitted{index: kv.ModifyIndex}
@@ -207,7 +206,7 @@ func (c *Controller) prefit(r *round) map[JobRef]*prefitted {
 
 func (c *Controller) refit(ctx context.Context, r *round, e *entry, pre *prefitted) {
 	ref := e.job.JobRef
-	raw, idx, err := c.get(ctx, metricsKey(ref))
+	raw, idx, err := r.kv.get(ctx, metricsKey(ref))
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
@@ -266,27 +265,10 @@ func (c *Controller) refit(ctx context.Context, r *round, e *entry, pre *prefitt
 			c.log.Warn("rejected metrics document; keeping the previous model", "job_id", ref.String(), "error", perr)
 			c.metrics.incError("bad_metrics")
 		}
-		c.deferState(ref, e.state)
+		r.kv.deferState(ref, e.state)
 	}
 	e.st.Error = e.state.MetricsError
 	if e.state.Perf != nil && e.state.Grad != nil {
 		e.fit = &model.GoodputFunc{Perf: model.PerfParams(*e.state.Perf), Grad: model.GradParams(*e.state.Grad), InitBatchSize: float64(e.spec.InitBatchSize)}
 	}
-}
-
-// saveState persists a job's state; it reports whether the write
-// succeeded.
-func (c *Controller) saveState(ctx context.Context, ref JobRef, s *State) bool {
-	raw, err := json.Marshal(s)
-	if err == nil {
-		err = c.kvPut(ctx, stateKey(ref), raw)
-	}
-	if err != nil {
-		if !c.kvDown(err) {
-			c.log.Warn("failed to persist state", "job_id", ref.String(), "error", err)
-			c.metrics.incError("write_state")
-		}
-		return false
-	}
-	return true
 }

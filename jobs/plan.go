@@ -146,11 +146,11 @@ func unchanged(job Job, want []NodeGPUs) bool {
 // plan makes the round's plan from what the earlier phases found.
 func (c *Controller) plan(r *round) Plan {
 	in := PlanInput{
-		Round: c.round, DryRun: r.cfg.DryRun || !r.apply, AdaptiveBatch: r.traits.AdaptiveBatch,
+		Round: r.number, DryRun: r.cfg.DryRun || !r.apply, AdaptiveBatch: r.traits.AdaptiveBatch,
 		Nodes: r.in.Nodes, Next: r.next, NodeType: r.nodeType, TypeModels: r.typeModels,
 	}
-	if c.kvErr != nil {
-		in.Hold = c.kvErr.Error()
+	if err := r.kv.failure(); err != nil {
+		in.Hold = err.Error()
 	}
 	for _, e := range r.entries {
 		in.Jobs = append(in.Jobs, PlanJob{Job: e.job, Spec: e.spec, Fit: e.fit, Typed: e.typed})
