@@ -93,10 +93,11 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	}
 	c.lap(r, "optimize", t0)
 	t0 = c.now()
-	p := c.plan(r)
+	in := c.planInput(r)
+	p := MakePlan(in)
 	c.lap(r, "plan", t0)
 	t0 = c.now()
-	c.apply(ctx, r, p)
+	c.apply(ctx, r, in, p)
 	c.flushDecisions(context.WithoutCancel(ctx), r)
 	c.lap(r, "apply", t0)
 	c.collectGarbage(ctx, r)
