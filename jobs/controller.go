@@ -60,61 +60,58 @@ const DefaultParkBudget = 4 * time.Second
 
 // Controller runs scheduling rounds. Round is not safe for concurrent use;
 // SetConfig may be called at any time and applies from the next round.
+// A round's own state (its listing of keys, deferred writes, decisions,
+// Consul failure, status) lives in its round value; the Controller keeps
+// what outlives rounds.
 type Controller struct {
+	// Dependencies, fixed by New.
+	cluster    Cluster
+	kv         KV
+	log        hclog.Logger
+	now        func() time.Time
+	instance   string
+	metrics    *Telemetry
+	newPolicy  func(name string, s policy.Settings) (policy.Policy, error)
+	oracle     func(job Job, spec Spec) policy.Oracle
+	fence      func(ctx context.Context) error
+	bootstrap  Bootstrapper
+	traitsOf   func(name string) (policy.Traits, error)
+	parkBudget time.Duration
+
+	// mu guards cfg, the configuration in force, and pending, the one
+	// SetConfig gave for the next round.
+	mu      sync.Mutex
+	cfg     Config
+	pending *Config
+
+	// states is every scheduled job's state, read from Consul once and
+	// then kept: restarts, the pending write, fitted models.
+	states map[JobRef]*State
 	// profiles pools the profile points of the jobs that name the same
 	// pollux_model, per GPU type, for a policy that wants shared
 	// profiles (policy.Traits.SharedProfiles). It lives in memory: a new
 	// leader refills it as it reads the jobs' metrics documents.
 	profiles model.ProfilePool
-	cluster  Cluster
-	kv       KV
-	log      hclog.Logger
-	now      func() time.Time
-	instance string
-	metrics  *Telemetry
-
-	mu      sync.Mutex
-	cfg     Config
-	pending *Config
-
-	policies  map[string]cachedPolicy
-	newPolicy func(name string, s policy.Settings) (policy.Policy, error)
-	oracle    func(job Job, spec Spec) policy.Oracle
-	fence     func(ctx context.Context) error
-	// parkBudget is Options.ParkBudget.
-	parkBudget time.Duration
-	states     map[JobRef]*State
-	round      int64
-	lastTime   time.Time
+	// published is what each job's decision key last received
+	// (kvbatch.go): a decision is written again only when it changed.
+	published map[JobRef]publishedDecision
+	// policies keeps each policy with its state (the GA's population,
+	// Tiresias' queues) between rounds.
+	policies map[string]cachedPolicy
+	// round is the last round's number; lastTime when it started (the
+	// attained service accrues from it).
+	round    int64
+	lastTime time.Time
 	// dirty asks the next round to save every job's state (Consul lost
 	// what it had, see TakeOver).
 	dirty bool
-	// kvErr is the round's first failure to reach Consul; once set, the
-	// round makes no further KV calls and changes no job.
-	kvErr error
 	// orphans holds, per job whose keys outlive it, since when it has not
 	// been listed; lastGC is the last garbage collection (gc.go).
 	orphans map[JobRef]time.Time
 	lastGC  time.Time
-	// typer maps GPU model names to types; bootstrap predicts a job's
-	// model on a GPU type it has not run on.
-	typer     gpuTyper
-	bootstrap Bootstrapper
-	traitsOf  func(name string) (policy.Traits, error)
-
-	// tree is the round's listing of the jobs' keys (fit phase only);
-	// deferred the states to write at the end of the bookkeeping.
-	tree     roundTree
-	deferred map[JobRef]*State
-	// decisions are the round's decision writes; published what each
-	// job's decision key last received (kvbatch.go).
-	decMu sync.Mutex
-	// statusMu and kvMu guard the round's status counters and kvErr
-	// while writes run concurrently (apply's scaleToZero).
-	statusMu, kvMu sync.Mutex
-
-	decisions []pendingDecision
-	published map[JobRef]publishedDecision
+	// typer maps GPU model names to types, remembering the names it
+	// logged as unknown.
+	typer gpuTyper
 }
 
 // New returns a controller with configuration cfg.
@@ -195,55 +192,6 @@ func (c *Controller) Forget() {
 	}
 }
 
-// ListedReader is implemented by a Cluster that can read a job more
-// cheaply right after ListJobs (nomad.Client: it reuses the spec read at
-// the JobModifyIndex the list shows and one allocation listing for all
-// jobs). A round's snapshot uses it when there.
-type ListedReader interface {
-	ReadListed(ctx context.Context, ref JobRef) (Job, error)
-}
-
-// ParkedReader is implemented by a ListedReader that can describe from
-// its job list alone a job the controller scaled to zero (nomad.Client):
-// Nomad moves a job's JobModifyIndex on every change of its spec, so
-// while the list shows the index the controller's own write to zero
-// produced (parkedAt, from the job's state), the spec is the one written
-// and asks for no GPUs, and the list's meta, index and status are all a
-// round needs. It reads the job as ReadListed does when the list shows
-// another index or the job holds GPUs. A new leader's first round at
-// thousands of waiting jobs then reads only the specs of the jobs that
-// run, not one per job.
-type ParkedReader interface {
-	ReadParked(ctx context.Context, ref JobRef, parkedAt uint64) (Job, error)
-}
-
-// QueuedReader is implemented by a ListedReader that can describe from
-// its job list alone a job its author submitted, nobody changed since,
-// and Nomad queued without placing any of it (nomad.Client): such a job
-// holds no GPUs and asks for at least one, which is all the policy needs
-// besides its meta; its spec is read when a write needs it. It reads the
-// job as ReadListed does otherwise. A controller adopting thousands of
-// queued jobs then reads only the specs of the jobs that run.
-type QueuedReader interface {
-	ReadQueued(ctx context.Context, ref JobRef) (Job, error)
-}
-
-// ListedNodes is implemented by a Cluster that can list the nodes more
-// cheaply given the jobs the round just listed (nomad.Client: it tells
-// the GPUs those jobs hold from the GPUs of other jobs without listing
-// every job again). A round's snapshot uses it when there.
-type ListedNodes interface {
-	NodesFor(ctx context.Context, managed []JobRef) ([]Node, error)
-}
-
-// Invalidator is implemented by a Cluster that caches what it read
-// (nomad.Client): Invalidate makes the next round read everything again.
-// The controller calls it when it forgets its own memory (a new term
-// after someone else led).
-type Invalidator interface {
-	Invalidate()
-}
-
 // TakeOver prepares the controller for a new term as leader. Every
 // leader writes its instance name to <prefix>term when its term begins,
 // so the key tells whether anyone else led since this controller's last
@@ -279,52 +227,6 @@ func (c *Controller) TakeOver(ctx context.Context) {
 	c.lastTime = time.Time{}
 }
 
-// kvGet reads a key unless Consul already failed this round. A failure
-// other than a missing key is remembered in kvErr.
-func (c *Controller) kvGet(ctx context.Context, key string) ([]byte, uint64, error) {
-	if c.kvErr != nil {
-		return nil, 0, c.kvErr
-	}
-	raw, idx, err := c.kv.Get(ctx, key)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		c.kvFailed(err)
-	}
-	return raw, idx, err
-}
-
-// kvPut writes a key unless Consul already failed this round.
-func (c *Controller) kvPut(ctx context.Context, key string, value []byte) error {
-	c.kvMu.Lock()
-	failed := c.kvErr
-	c.kvMu.Unlock()
-	if failed != nil {
-		return failed
-	}
-	err := c.kv.Put(ctx, key, value)
-	if err != nil {
-		c.kvFailed(err)
-	}
-	return err
-}
-
-// kvDown reports whether err is the round's Consul failure, already
-// logged once by kvFailed.
-func (c *Controller) kvDown(err error) bool {
-	c.kvMu.Lock()
-	defer c.kvMu.Unlock()
-	return c.kvErr != nil && errors.Is(err, c.kvErr)
-}
-
-func (c *Controller) kvFailed(err error) {
-	c.kvMu.Lock()
-	defer c.kvMu.Unlock()
-	if c.kvErr == nil {
-		c.kvErr = fmt.Errorf("consul unreachable this round: %w", err)
-		c.log.Warn("consul failed; holding every job this round (no change without state and leadership checks)", "error", err)
-		c.metrics.incError("consul")
-	}
-}
-
 // policyFor returns the policy for cfg, keeping its state (the GA's
 // population, Tiresias' queues) between rounds while the part of the
 // settings it reads stays the same.
@@ -354,124 +256,6 @@ func (c *Controller) policyFor(cfg Config) (policy.Policy, error) {
 type cachedPolicy struct {
 	settings policy.Settings
 	policy   policy.Policy
-}
-
-// entry is one job during a round.
-type entry struct {
-	job   Job
-	spec  Spec
-	state *State
-	fit   *model.GoodputFunc
-	st    *JobStatus
-	// typed is the job's model per GPU type of the cluster (fitted or
-	// predicted; nil when GPU types are off or it has no fit yet), and
-	// gpuType the type it runs on ("" if none or untyped).
-	typed   map[string]*model.GoodputFunc
-	gpuType string
-}
-
-// round is one scheduling round in progress: what its phases found and
-// decided, handed from one to the next.
-type round struct {
-	cfg    Config
-	apply  bool
-	traits policy.Traits
-	start  time.Time
-	status *Status
-	// stats has one line per listed job, in list order (the status's).
-	stats []*JobStatus
-	// held counts, per node, the GPUs of jobs the policy may not move.
-	held  map[string]int
-	nodes []Node
-	// nodeType is each node's GPU type and typeModels each type's GPU
-	// model names (empty when GPU types are off).
-	nodeType   map[string]string
-	typeModels map[string][]string
-	// entries are the jobs the policy schedules, in submission order
-	// once the input is built.
-	entries []*entry
-	in      policy.Input
-	next    policy.Allocations
-	// pref is each job's GPU type chosen by the controller for a policy
-	// that is not type-aware (nil otherwise, or when types are off).
-	pref map[string]string
-	// read holds every listed job as read (for the explanations).
-	read []Job
-}
-
-// Round runs one scheduling round in named phases: snapshot (list and
-// read jobs and nodes), fit (load state, reconcile pending writes, refit
-// models), optimise (the policy), plan (what to change, in which order:
-// no I/O), apply (unless dry-run or apply is false) and publish (the
-// status). Each phase but publish is timed in the status.
-func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
-	r := c.begin(apply)
-	t0 := c.now()
-	// The jobs' keys in Consul are listed while Nomad is read: the two
-	// are independent, and at thousands of jobs each takes a while.
-	tree := make(chan roundTree, 1)
-	go func() { tree <- c.readTree(ctx) }()
-	if err := c.snapshot(ctx, r, tree); err != nil {
-		return nil, err
-	}
-	c.lap(r, "snapshot", t0)
-	t0 = c.now()
-	c.fitJobs(ctx, r)
-	c.accrue(ctx, r)
-	c.flushStates(ctx)
-	c.lap(r, "fit", t0)
-	t0 = c.now()
-	if err := c.optimize(ctx, r); err != nil {
-		return nil, err
-	}
-	c.lap(r, "optimize", t0)
-	t0 = c.now()
-	p := c.plan(r)
-	c.lap(r, "plan", t0)
-	t0 = c.now()
-	c.apply(ctx, r, p)
-	c.flushDecisions(context.WithoutCancel(ctx))
-	c.lap(r, "apply", t0)
-	c.collectGarbage(ctx, r)
-	c.lap(r, "total", r.start)
-	c.publishStatus(ctx, r)
-	return r.status, nil
-}
-
-// begin starts a round with the configuration in force.
-func (c *Controller) begin(apply bool) *round {
-	cfg := c.takeConfig()
-	r := &round{cfg: cfg, apply: apply, start: c.now(), held: map[string]int{}}
-	// cfg was validated, so the policy is known.
-	r.traits, _ = c.traitsOf(cfg.Policy)
-	c.round++
-	c.kvErr = nil
-	r.status = &Status{Round: c.round, Time: r.start.UTC(), Instance: c.instance, DryRun: cfg.DryRun || !apply, Timings: map[string]float64{}}
-	return r
-}
-
-// lap records the time since t0 as the round's phase name.
-func (c *Controller) lap(r *round, name string, t0 time.Time) {
-	ms := float64(c.now().Sub(t0).Microseconds()) / 1000
-	r.status.Timings[name] = ms
-	c.metrics.observePhase(name, ms/1000)
-}
-
-// publishStatus records the round in the metrics and writes the status
-// document. An interrupted round still records what it did (and its
-// number, so that the next leader's rounds go on from it).
-func (c *Controller) publishStatus(ctx context.Context, r *round) {
-	c.explain(r.cfg, r.status, r.stats, r.read, r.entries, r.nodes, r.in, r.next)
-	for _, st := range r.stats {
-		r.status.Jobs = append(r.status.Jobs, *st)
-	}
-	c.metrics.observeRound(r.status)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := c.writeStatus(sctx, r.status); err != nil && !c.kvDown(err) {
-		c.log.Warn("failed to write status", "error", err)
-		c.metrics.incError("write_status")
-	}
 }
 
 func metricsKey(ref JobRef) string  { return contract.MetricsKey(ref.Namespace, ref.ID) }

@@ -518,3 +518,31 @@ func TestWritesInWaves(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFailureReplans: when the shrink whose GPUs a growing job needs
+// fails, apply plans again from what it saw: the growing job's GPUs are
+// still held, so it is stopped first and then placed (Nomad places it
+// once they free up), instead of being written as the first plan said.
+func TestWriteFailureReplans(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	a, b := f.submit("a", 3), f.submit("b", 1)
+	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n1", "n1", "n1"}})
+	var mu sync.Mutex
+	var order []string
+	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, ch.Job.ID+"="+contract.FormatPlacement(ch.Placement))
+		if ch.Job.ID == "a" {
+			return errors.New("injected: nomad refuses the write")
+		}
+		return nil
+	}})
+	st := f.round(f.controller("ctl"))
+	if want := []string{"a=n1:1", "b=", "b=n1:3"}; !slices.Equal(order, want) {
+		t.Fatalf("writes %v, want %v (the failed shrink, then the grow stopped and placed)", order, want)
+	}
+	if la, lb := jobLine(t, st, a), jobLine(t, st, b); la.Applied || !lb.Applied {
+		t.Errorf("a %+v, b %+v: want a not applied and b applied", la, lb)
+	}
+}

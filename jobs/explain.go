@@ -217,12 +217,13 @@ func gpusWords(n int) string {
 	return fmt.Sprintf("%d GPUs", n)
 }
 
-// explain fills each job's explanation and the node map of the status
-// (one call at the end of Round): stats are the round's job lines, read
-// the jobs as read (aligned with stats), entries the scheduled jobs, in
-// the policy's input and next its output.
-func (c *Controller) explain(cfg Config, status *Status, stats []*JobStatus, read []Job, entries []*entry, nodes []Node, in policy.Input, next policy.Allocations) {
-	for _, n := range nodes {
+// explain fills each job's explanation and the node map of the round's
+// status (one call at the end of Round), from its job lines (r.stats),
+// the jobs as read (r.read, aligned with them), the scheduled jobs
+// (r.entries), the policy's input (r.in) and output (r.next).
+func (c *Controller) explain(r *round) {
+	cfg, status, stats, read, entries, in, next := r.cfg, r.status, r.stats, r.read, r.entries, r.in, r.next
+	for _, n := range r.nodes {
 		ns := NodeStatus{ID: n.ID, Name: n.Name, GPUs: n.GPUs, Other: n.UsedByOthers}
 		if cfg.typed() {
 			ns.GPUType = c.typer.typeOf(cfg, n.GPUModel)

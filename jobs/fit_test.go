@@ -11,12 +11,26 @@ import (
 )
 
 // TestFitsOfManyJobs: when many metrics documents are new in one round
-// the controller fits them on all cores (prefit); every job's saved model
+// the controller fits them on all cores (fitAll), GPU types or not; every job's saved model
 // must be the one fitting its own document alone gives, a bad document
 // must be rejected for its job only, and a document that did not change
 // must not be refitted.
 func TestFitsOfManyJobs(t *testing.T) {
+	t.Run("untyped", func(t *testing.T) { fitsOfManyJobs(t, false) })
+	t.Run("typed", func(t *testing.T) { fitsOfManyJobs(t, true) })
+}
+
+// fitsOfManyJobs runs TestFitsOfManyJobs on an untyped cluster, or on
+// one of two GPU types whose jobs' entries all name the a100 model: each
+// job's model is then its a100 fit, the same as fitting its document
+// alone gives.
+func fitsOfManyJobs(t *testing.T, typed bool) {
 	f := newFixture(t, map[string]int{"n1": 4, "n2": 4})
+	if typed {
+		f.cluster.SetGPUModel("n1", t4Model)
+		f.cluster.SetGPUModel("n2", a100Model)
+		f.cfg.GPUTypeSource = jobs.GPUTypeFromDevice
+	}
 	const n = 40
 	refs := make([]jobs.JobRef, n)
 	docs := make([]*contract.Metrics, n)
@@ -29,6 +43,11 @@ func TestFitsOfManyJobs(t *testing.T) {
 				{NumNodes: 1, NumReplicas: 2, LocalBsz: 64, ComputeTime: 0.1 * k, StepTime: 0.13 * k, SyncTime: 0.03 * k, Count: 5},
 				{NumNodes: 2, NumReplicas: 4, LocalBsz: 32, ComputeTime: 0.06 * k, StepTime: 0.11 * k, SyncTime: 0.05 * k, Count: 5},
 			}}
+		if typed {
+			for k := range docs[i].Profile {
+				docs[i].Profile[k].GPUType = a100Model
+			}
+		}
 		if i == 7 {
 			f.putRaw(refs[i], `{"version": 1, "profile": "not a list"}`)
 			continue
@@ -55,6 +74,12 @@ func TestFitsOfManyJobs(t *testing.T) {
 		}
 		if s.Perf == nil || model.PerfParams(*s.Perf) != want {
 			t.Errorf("%s: model %+v, want %+v", ref, s.Perf, want)
+		}
+		if typed && (len(s.Typed) != 1 || model.PerfParams(s.Typed["a100"].Perf) != want || s.Typed["a100"].ProfilePoints != 3) {
+			t.Errorf("%s: typed fits %+v, want a100's alone, of 3 points", ref, s.Typed)
+		}
+		if !typed && s.Typed != nil {
+			t.Errorf("%s: typed fits %+v on an untyped cluster", ref, s.Typed)
 		}
 		if s.MetricsError != "" {
 			t.Errorf("%s: metrics error %q", ref, s.MetricsError)

@@ -41,7 +41,7 @@ func (c *Controller) collectGarbage(ctx context.Context, r *round) {
 	}
 	lister, ok := c.kv.(KeyLister)
 	grace := r.cfg.StateGCGrace
-	if !ok || grace <= 0 || !r.apply || r.cfg.DryRun || c.kvErr != nil || ctx.Err() != nil {
+	if !ok || grace <= 0 || !r.apply || r.cfg.DryRun || r.kv.failure() != nil || ctx.Err() != nil {
 		return
 	}
 	now := c.now()

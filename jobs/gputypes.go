@@ -3,21 +3,22 @@ package jobs
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/contract"
-	"github.com/pollux-nomad/pollux/metrics"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
 )
 
-// GPU types on Nomad (issue 12, "On Nomad"). With Config.GPUTypeSource
+// GPU types on Nomad. With Config.GPUTypeSource
 // set, the controller reads each node's GPU model name (jobs.Node.GPUModel:
 // the device's name, or a node meta key or attribute), maps it to a GPU
 // type (Config.GPUTypeMap over the built-in rules), and:
@@ -118,7 +119,7 @@ func (c Config) gpuTypeProblems() []error {
 	if len(c.GPUTypeMap) > maxGPUTypeEntries {
 		bad("gpu_type_map", "at most %d entries, got %d", maxGPUTypeEntries, len(c.GPUTypeMap))
 	} else {
-		for _, name := range slices.Sorted(mapsKeys(c.GPUTypeMap)) {
+		for _, name := range slices.Sorted(maps.Keys(c.GPUTypeMap)) {
 			if err := contract.ValidGPUType(name); err != nil {
 				bad("gpu_type_map", "model name %q: %v", truncate(name), err)
 			}
@@ -130,7 +131,7 @@ func (c Config) gpuTypeProblems() []error {
 	if len(c.GPUTypeSpeed) > maxGPUTypeEntries {
 		bad("gpu_type_speed", "at most %d entries, got %d", maxGPUTypeEntries, len(c.GPUTypeSpeed))
 	} else {
-		for _, t := range slices.Sorted(mapsKeys(c.GPUTypeSpeed)) {
+		for _, t := range slices.Sorted(maps.Keys(c.GPUTypeSpeed)) {
 			if err := contract.ValidGPUType(t); err != nil {
 				bad("gpu_type_speed", "type %q: %v", truncate(t), err)
 			}
@@ -142,18 +143,29 @@ func (c Config) gpuTypeProblems() []error {
 	return errs
 }
 
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
+// typed reports whether the configuration tells GPU types apart: nodes
+// and decisions carry their GPU type. Whether the cluster has several
+// types is SeveralGPUTypes.
+func (c Config) typed() bool { return c.GPUTypeSource != "" }
+
+// SeveralGPUTypes reports whether the nodes (node ID to GPU type, "" for
+// none) hold GPUs of more than one type. Only such a cluster pools the
+// profiles of the jobs of one model, and one whose GPUs are all of one
+// type is scheduled as an untyped one would be, however its types are
+// read.
+func SeveralGPUTypes(nodeType map[string]string) bool {
+	first := ""
+	for _, t := range nodeType {
+		switch {
+		case t == "":
+		case first == "":
+			first = t
+		case t != first:
+			return true
 		}
 	}
+	return false
 }
-
-// typed reports whether the configuration tells GPU types apart.
-func (c Config) typed() bool { return c.GPUTypeSource != "" }
 
 // speed is a GPU type's relative per-GPU speed (1 if unknown).
 func (c Config) speed(t string) float64 {
@@ -169,7 +181,9 @@ func (c Config) speed(t string) float64 {
 // gpuTyper maps GPU model names to types, logging each name that maps to
 // nothing once.
 type gpuTyper struct {
-	log     hclog.Logger
+	log hclog.Logger
+	// mu guards unknown: fits map names from several goroutines.
+	mu      sync.Mutex
 	unknown map[string]bool
 }
 
@@ -189,6 +203,8 @@ func (g *gpuTyper) typeOf(cfg Config, name string) string {
 		}
 	}
 	t := sanitizeGPUType(name)
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.unknown == nil {
 		g.unknown = map[string]bool{}
 	}
@@ -356,7 +372,7 @@ func preferredType(pj policy.Job, cur string, capacity map[string]int, maxPerNod
 		nodes := (kt + maxPerNode[t] - 1) / max(maxPerNode[t], 1)
 		return m.Goodput(nodes, kt)
 	}
-	types := slices.Sorted(mapsKeys(capacity))
+	types := slices.Sorted(maps.Keys(capacity))
 	best, bestV := "", -1.0
 	for _, t := range types {
 		if v := value(t); v > bestV {
@@ -480,85 +496,6 @@ func relocate(nodes []policy.Node, used, capacity map[string]int, t string, k, m
 	return out
 }
 
-// refitTyped fits the job's throughput model per GPU type from a new
-// metrics document: each entry counts for its gpu_type (mapped as node
-// model names are), an entry without one for the type the job runs on.
-// Entries of no known type (an untyped entry of a job that runs nowhere)
-// are left out. state.Perf becomes the fit of the job's type, else of
-// the type with the most profile points.
-func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error {
-	byType := map[string]*contract.Metrics{}
-	for _, pe := range doc.Profile {
-		t := e.gpuType
-		if pe.GPUType != "" {
-			t = c.typer.typeOf(r.cfg, pe.GPUType)
-		}
-		if t == "" {
-			continue
-		}
-		d, ok := byType[t]
-		if !ok {
-			cp := *doc
-			cp.Profile = nil
-			d = &cp
-			byType[t] = d
-		}
-		d.Profile = append(d.Profile, pe)
-	}
-	if len(byType) == 0 {
-		return fmt.Errorf("no profile entry of a known GPU type (the job runs on no typed node and its entries have no gpu_type)")
-	}
-	if len(byType) > contract.MaxStateTypes {
-		return fmt.Errorf("profile entries of %d GPU types, at most %d", len(byType), contract.MaxStateTypes)
-	}
-	types := slices.Sorted(mapsKeys(byType))
-	points := map[string][]model.ProfilePoint{}
-	for _, t := range types {
-		points[t] = metrics.ProfilePoints(byType[t])
-	}
-	fits, err := model.FitTyped(points, nil, types, nil)
-	if err != nil {
-		return err
-	}
-	typed := map[string]contract.TypedPerf{}
-	total, maxProfiled := 0, 0
-	for _, t := range types {
-		perf := fits[t].Perf
-		if err := perf.Validate(); err != nil {
-			return fmt.Errorf("GPU type %s: fitted model out of range: %w", t, err)
-		}
-		points := points[t]
-		tp := contract.TypedPerf{Perf: contract.PerfParams(perf), ProfilePoints: len(points)}
-		for _, p := range points {
-			tp.MaxProfiled = max(tp.MaxProfiled, p.Replicas)
-		}
-		typed[t] = tp
-		total += len(points)
-		maxProfiled = max(maxProfiled, tp.MaxProfiled)
-	}
-	// Only a document whose fits are all valid adds to its model's pool.
-	if key := c.sharedKey(r, e); key != "" {
-		for _, t := range types {
-			c.profiles.Add(key, t, points[t])
-		}
-	}
-	main := e.gpuType
-	if _, ok := typed[main]; !ok {
-		main = ""
-		for t, tp := range typed {
-			if main == "" || tp.ProfilePoints > typed[main].ProfilePoints || tp.ProfilePoints == typed[main].ProfilePoints && t < main {
-				main = t
-			}
-		}
-	}
-	perf, grad := typed[main].Perf, contract.GradParams(metrics.GradParams(doc))
-	e.state.Perf, e.state.Grad, e.state.Typed = &perf, &grad, typed
-	e.state.ProfilePoints, e.state.MaxProfiled = total, maxProfiled
-	e.state.MetricsError = ""
-	e.st.Fitted = true
-	return nil
-}
-
 // sharedKey is the key under which job e's profile points are pooled
 // with those of the other jobs of its model: its pollux_model on a
 // cluster of several GPU types when the round's policy wants shared
@@ -567,7 +504,7 @@ func (c *Controller) refitTyped(r *round, e *entry, doc *contract.Metrics) error
 // on t4:16x4 under -rules sia: 6933 -> 7075 s), while on the 3-type
 // cluster it is what places jobs right (README, "Shared profiles").
 func (c *Controller) sharedKey(r *round, e *entry) string {
-	if !r.traits.SharedProfiles || !r.cfg.typed() {
+	if !r.traits.SharedProfiles || !SeveralGPUTypes(r.nodeType) {
 		return ""
 	}
 	return e.spec.Model

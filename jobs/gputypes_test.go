@@ -348,7 +348,21 @@ func TestGPUTypesSharedProfiles(t *testing.T) {
 // measured slower): two jobs that measured different configurations
 // predict differently.
 func TestSharedProfilesOneType(t *testing.T) {
+	for _, source := range []string{"", jobs.GPUTypeFromDevice} {
+		t.Run("source="+source, func(t *testing.T) { sharedProfilesOneType(t, source) })
+	}
+}
+
+// sharedProfilesOneType runs TestSharedProfilesOneType with the GPU type
+// source set or not: a cluster whose GPUs are all of one type is one type
+// either way.
+func sharedProfilesOneType(t *testing.T, source string) {
 	f := newFixture(t, map[string]int{"n1": 4, "n2": 4})
+	if source != "" {
+		f.cluster.SetGPUModel("n1", t4Model)
+		f.cluster.SetGPUModel("n2", t4Model)
+		f.cfg.GPUTypeSource = source
+	}
 	f.traits = &policy.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: policy.ExploreReplicas, SharedProfiles: true}
 	meta := map[string]string{
 		contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
@@ -372,7 +386,14 @@ func TestSharedProfilesOneType(t *testing.T) {
 	f.clock.Advance(time.Minute)
 	f.round(ctl)
 	f.clock.Advance(time.Minute)
-	f.round(ctl)
+	st := f.round(ctl)
+	for _, ref := range []jobs.JobRef{a, b} {
+		for typ, src := range jobLine(t, st, ref).Models {
+			if src == "shared" {
+				t.Errorf("job %s's model on %s is %q: one type must not pool", ref.ID, typ, src)
+			}
+		}
+	}
 	goodput := map[string]float64{}
 	for _, j := range f.policy.input().Jobs {
 		if j.Goodput == nil {
@@ -382,5 +403,25 @@ func TestSharedProfilesOneType(t *testing.T) {
 	}
 	if ga, gb := goodput[a.String()], goodput[b.String()]; ga == gb {
 		t.Errorf("a and b predict the same %g on 4 GPUs over 2 nodes: one type must not pool", ga)
+	}
+}
+
+// TestSeveralGPUTypes: only two distinct non-empty types make a cluster
+// of several types.
+func TestSeveralGPUTypes(t *testing.T) {
+	for _, c := range []struct {
+		nodeType map[string]string
+		want     bool
+	}{
+		{nil, false},
+		{map[string]string{"n1": "", "n2": ""}, false},
+		{map[string]string{"n1": "t4", "n2": "t4"}, false},
+		{map[string]string{"n1": "t4", "n2": ""}, false},
+		{map[string]string{"n1": "t4", "n2": "a100"}, true},
+		{map[string]string{"n1": "", "n2": "t4", "n3": "a100"}, true},
+	} {
+		if got := jobs.SeveralGPUTypes(c.nodeType); got != c.want {
+			t.Errorf("SeveralGPUTypes(%v) = %v, want %v", c.nodeType, got, c.want)
+		}
 	}
 }

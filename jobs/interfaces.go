@@ -161,3 +161,52 @@ type GPUTypeSourcer interface {
 type Placer interface {
 	Placed(ctx context.Context, ref JobRef, sinceIndex uint64) (ok bool, reason string, err error)
 }
+
+// ListedReader is implemented by a Cluster that can read a job more
+// cheaply right after ListJobs (nomad.Client: it reuses the spec read at
+// the JobModifyIndex the list shows and one allocation listing for all
+// jobs). A round's snapshot uses it when there.
+type ListedReader interface {
+	ReadListed(ctx context.Context, ref JobRef) (Job, error)
+}
+
+// ParkedReader is implemented by a ListedReader that can describe from
+// its job list alone a job the controller scaled to zero (nomad.Client):
+// Nomad moves a job's JobModifyIndex on every change of its spec, so
+// while the list shows the index the controller's own write to zero
+// produced (parkedAt, from the job's state), the spec is the one written
+// and asks for no GPUs, and the list's meta, index and status are all a
+// round needs. It reads the job as ReadListed does when the list shows
+// another index or the job holds GPUs. A new leader's first round at
+// thousands of waiting jobs then reads only the specs of the jobs that
+// run, not one per job.
+type ParkedReader interface {
+	ReadParked(ctx context.Context, ref JobRef, parkedAt uint64) (Job, error)
+}
+
+// QueuedReader is implemented by a ListedReader that can describe from
+// its job list alone a job its author submitted, nobody changed since,
+// and Nomad queued without placing any of it (nomad.Client): such a job
+// holds no GPUs and asks for at least one, which is all the policy needs
+// besides its meta; its spec is read when a write needs it. It reads the
+// job as ReadListed does otherwise. A controller adopting thousands of
+// queued jobs then reads only the specs of the jobs that run.
+type QueuedReader interface {
+	ReadQueued(ctx context.Context, ref JobRef) (Job, error)
+}
+
+// ListedNodes is implemented by a Cluster that can list the nodes more
+// cheaply given the jobs the round just listed (nomad.Client: it tells
+// the GPUs those jobs hold from the GPUs of other jobs without listing
+// every job again). A round's snapshot uses it when there.
+type ListedNodes interface {
+	NodesFor(ctx context.Context, managed []JobRef) ([]Node, error)
+}
+
+// Invalidator is implemented by a Cluster that caches what it read
+// (nomad.Client): Invalidate makes the next round read everything again.
+// The controller calls it when it forgets its own memory (a new term
+// after someone else led).
+type Invalidator interface {
+	Invalidate()
+}

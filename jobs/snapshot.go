@@ -7,17 +7,12 @@ import (
 	"sync"
 )
 
-// snapshot lists the jobs and nodes, takes the round's listing of the
-// jobs' keys from tree (read meanwhile; c.tree), forgets the state of
+// snapshot lists the jobs and nodes, waits for the round's listing of
+// the jobs' keys (tree is closed once r.kv has it), forgets the state of
 // jobs no longer listed, reads every job and sorts them into the status:
 // stopped, invalid, unreadable, or an entry for the policy.
-func (c *Controller) snapshot(ctx context.Context, r *round, tree <-chan roundTree) (err error) {
-	took := false
-	defer func() {
-		if !took {
-			c.tree = <-tree
-		}
-	}()
+func (c *Controller) snapshot(ctx context.Context, r *round, tree <-chan struct{}) (err error) {
+	defer func() { <-tree }()
 	if ts, ok := c.cluster.(GPUTypeSourcer); ok {
 		src, _ := ParseGPUTypeSource(r.cfg.GPUTypeSource) // validated with the configuration
 		ts.SetGPUTypeSource(src)
@@ -40,6 +35,7 @@ func (c *Controller) snapshot(ctx context.Context, r *round, tree <-chan roundTr
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	r.nodeType, r.typeModels = c.typesOf(r.cfg, r.nodes)
+	r.severalTypes = SeveralGPUTypes(r.nodeType)
 	known := make(map[JobRef]bool, len(refs))
 	for _, ref := range refs {
 		known[ref] = true
@@ -50,8 +46,8 @@ func (c *Controller) snapshot(ctx context.Context, r *round, tree <-chan roundTr
 		}
 	}
 	c.forgetPublished(known)
-	c.tree, took = <-tree, true
-	read, readErrs := c.readJobs(ctx, refs)
+	<-tree
+	read, readErrs := c.readJobs(ctx, r, refs)
 	r.read = read
 	for i, ref := range refs {
 		st := &JobStatus{Job: ref.String()}
@@ -112,7 +108,7 @@ const readConcurrency = 32
 
 // readJobs reads the jobs concurrently (each read is a few HTTP calls, so
 // a round with many jobs is bound by latency, not by CPU), keeping order.
-func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []error) {
+func (c *Controller) readJobs(ctx context.Context, r *round, refs []JobRef) ([]Job, []error) {
 	out := make([]Job, len(refs))
 	errs := make([]error, len(refs))
 	read := c.cluster.ReadJob
@@ -125,7 +121,7 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 	if pr, ok := c.cluster.(ParkedReader); ok {
 		other := read
 		read = func(ctx context.Context, ref JobRef) (Job, error) {
-			if at := c.parkedAt(ref); at > 0 {
+			if at := c.parkedAt(r, ref); at > 0 {
 				return pr.ReadParked(ctx, ref, at)
 			}
 			return other(ctx, ref)
@@ -150,15 +146,15 @@ func (c *Controller) readJobs(ctx context.Context, refs []JobRef) ([]Job, []erro
 // it when that write scaled the job to zero and nothing is pending: the
 // job's state in memory, else as the round's listing of keys has it. It
 // is 0 when unknown or when the job was left with GPUs.
-func (c *Controller) parkedAt(ref JobRef) uint64 {
+func (c *Controller) parkedAt(r *round, ref JobRef) uint64 {
 	if s, ok := c.states[ref]; ok {
 		if s.Pending != nil || len(s.Allocation) > 0 {
 			return 0
 		}
 		return s.AppliedIndex
 	}
-	p, ok := c.tree[stateKey(ref)]
-	if !ok || c.kvErr != nil {
+	p, ok := r.kv.listed(stateKey(ref))
+	if !ok {
 		return 0
 	}
 	// Only the three fields: the fit phase parses and checks the whole
