@@ -70,7 +70,7 @@ func gaTestProblem(t *testing.T, in Input, cfg PolluxConfig) *polluxProblem {
 		t.Fatal("test input has no GPUs")
 	}
 	pr := &polluxProblem{}
-	pr.setup(in, polluxJobOrder(in.Jobs), total, cfg.withDefaults())
+	pr.setup(in, polluxJobOrder(in.Jobs), total, cfg.Resolve(RegimeOf(in.Nodes)))
 	return pr
 }
 

@@ -147,8 +147,10 @@ type PolluxConfig struct {
 	// at most 100.
 	FairnessP float64
 	// RestartPenalty is the restart delay δ in seconds used in the restart
-	// penalty factor max(T − R·δ, 0)/(T + δ). 0 means 30 (the artifact's
-	// value); a tiny positive value all but disables the penalty.
+	// penalty factor max(T − R·δ, 0)/(T + δ), for jobs without their own
+	// measured restart time (Job.RestartTime). 0 means 30 (the artifact's
+	// value); a negative value turns it off (δ = 0: only measured restart
+	// times are penalised).
 	RestartPenalty float64
 	// RestartHysteresis h < 1 makes a reallocation of a running job pay
 	// off only when it gains more than its share: a job holding GPUs
@@ -293,33 +295,51 @@ type PolluxConfig struct {
 	// hold on one type; a negative value, no hold.
 	FirstHold float64
 
-	// typedP and typedH are FairnessP and RestartHysteresis on a cluster
-	// of several GPU types, typedTau and typedAlpha AgeWeightScale and
-	// AgeWeightPower there (withDefaults sets them).
-	typedP, typedH       float64
-	typedTau, typedAlpha float64
-	// typedHold is FirstHold on a cluster of several GPU types, FirstHold
-	// itself the value on one type.
-	typedHold float64
-	// typedA0 is ServiceWeight on a cluster of several GPU types; largeH
-	// and largeA0 are RestartHysteresis and ServiceWeight on one type
-	// with more than PolluxSmallClusterGPUs GPUs.
-	typedA0         float64
-	largeH, largeA0 float64
 }
 
-// withDefaults fills the zero fields with the defaults.
-func (c PolluxConfig) withDefaults() PolluxConfig {
+// off is the value a knob takes in a resolved configuration when it is off.
+const off = -1
+
+// Resolve returns the configuration Pollux runs with on a cluster of
+// regime r: every field that means "the default" when zero set to its
+// effective value, so that reading the result needs no regime, and
+// resolving it again (on any regime) changes nothing. A knob that is off
+// is negative in the result (-1), as in the input. Workers and
+// TypeMoveProbability keep 0 (their defaults depend on the round's number
+// of jobs), as do RestartHorizon and GrowthLimit (0 is no cap).
+//
+// The defaults by regime (one GPU type with at most
+// PolluxSmallClusterGPUs GPUs / one type with more / several types):
+// FairnessP -1 / -1 / 0.5; RestartHysteresis 0.45 / 0.3 / 0.5;
+// GrowthHysteresis 0.3 / off / off; ServiceWeight 14400 / off / off;
+// AgeWeightScale off / off / 28800 s; StandInKnee off (a linear stand-in)
+// / off / 4; FirstHold off / off / 2; StallGenerations 20 / off / off.
+// Everywhere: Population 100, Generations 100, RestartPenalty 30 s,
+// AgeWeightPower 1, MaxNodesPerJob 16. A negative RestartHysteresis turns
+// GrowthHysteresis off too unless that is set.
+func (c PolluxConfig) Resolve(r Regime) PolluxConfig {
+	several := r.SeveralTypes()
+	large := !several && r.GPUs > PolluxSmallClusterGPUs
+	// byRegime returns v if set (non-zero), else the default of r.
+	byRegime := func(v, small, big, typed float64) float64 {
+		switch {
+		case v != 0:
+			return v
+		case several:
+			return typed
+		case large:
+			return big
+		}
+		return small
+	}
 	if c.Population == 0 {
 		c.Population = PolluxDefaultPopulation
 	}
 	if c.Generations == 0 {
 		c.Generations = PolluxDefaultGenerations
 	}
-	c.typedP, c.typedH = c.FairnessP, c.RestartHysteresis
-	if c.FairnessP == 0 {
-		c.FairnessP, c.typedP = PolluxDefaultFairnessP, PolluxTypedFairnessP
-	}
+	c.StallGenerations = int(byRegime(float64(c.StallGenerations), PolluxDefaultStallGenerations, off, off))
+	c.FairnessP = byRegime(c.FairnessP, PolluxDefaultFairnessP, PolluxDefaultFairnessP, PolluxTypedFairnessP)
 	if c.RestartPenalty == 0 {
 		c.RestartPenalty = PolluxDefaultRestartPenalty
 	}
@@ -328,27 +348,18 @@ func (c PolluxConfig) withDefaults() PolluxConfig {
 	}
 	if c.RestartHysteresis < 0 && c.GrowthHysteresis == 0 {
 		// Hysteresis off, as the artifact: for growth too.
-		c.GrowthHysteresis = c.RestartHysteresis
+		c.GrowthHysteresis = off
 	}
-	c.largeH = c.RestartHysteresis
-	if c.RestartHysteresis == 0 {
-		c.RestartHysteresis, c.typedH, c.largeH = PolluxDefaultRestartHysteresis, PolluxTypedRestartHysteresis, PolluxLargeRestartHysteresis
+	c.RestartHysteresis = byRegime(c.RestartHysteresis, PolluxDefaultRestartHysteresis, PolluxLargeRestartHysteresis, PolluxTypedRestartHysteresis)
+	c.GrowthHysteresis = byRegime(c.GrowthHysteresis, PolluxDefaultGrowthHysteresis, off, off)
+	c.ServiceWeight = byRegime(c.ServiceWeight, PolluxDefaultServiceWeight, off, off)
+	c.AgeWeightScale = byRegime(c.AgeWeightScale, off, off, PolluxTypedAgeScale)
+	c.AgeWeightPower = byRegime(c.AgeWeightPower, 1, 1, PolluxTypedAgePower)
+	c.StandInKnee = int(byRegime(float64(c.StandInKnee), off, off, PolluxTypedStandInKnee))
+	if !several {
+		c.StandInKnee = off // one GPU type: the artifact's linear stand-in
 	}
-	c.typedA0, c.largeA0 = c.ServiceWeight, c.ServiceWeight
-	if c.ServiceWeight == 0 {
-		c.ServiceWeight = PolluxDefaultServiceWeight
-	}
-	c.typedTau, c.typedAlpha = c.AgeWeightScale, c.AgeWeightPower
-	if c.AgeWeightScale == 0 {
-		c.typedTau = PolluxTypedAgeScale
-	}
-	if c.AgeWeightPower == 0 {
-		c.AgeWeightPower, c.typedAlpha = 1, PolluxTypedAgePower
-	}
-	c.typedHold = c.FirstHold
-	if c.FirstHold == 0 {
-		c.typedHold = PolluxTypedFirstHold
-	}
+	c.FirstHold = byRegime(c.FirstHold, off, off, PolluxTypedFirstHold)
 	return c
 }
 
@@ -364,8 +375,8 @@ func (c PolluxConfig) Validate() error {
 	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > polluxMaxAbsP {
 		errs = append(errs, fmt.Errorf("fairness p %v is not in [-%d, %d]", c.FairnessP, polluxMaxAbsP, polluxMaxAbsP))
 	}
-	if math.IsNaN(c.RestartPenalty) || math.IsInf(c.RestartPenalty, 0) || c.RestartPenalty < 0 {
-		errs = append(errs, fmt.Errorf("restart penalty %v s is not a finite non-negative number", c.RestartPenalty))
+	if math.IsNaN(c.RestartPenalty) || math.IsInf(c.RestartPenalty, 0) {
+		errs = append(errs, fmt.Errorf("restart penalty %v s is not finite", c.RestartPenalty))
 	}
 	if c.MaxNodesPerJob < 0 {
 		errs = append(errs, fmt.Errorf("max nodes per job %d is negative", c.MaxNodesPerJob))
@@ -464,7 +475,7 @@ func NewPollux(cfg PolluxConfig) (*PolluxPolicy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("failed to create pollux policy: %w", err)
 	}
-	return &PolluxPolicy{cfg: cfg.withDefaults()}, nil
+	return &PolluxPolicy{cfg: cfg}, nil
 }
 
 // Name returns "pollux".
@@ -512,34 +523,31 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 	// A job still restoring on its current allocation keeps it
 	// (MoveRestoring), as does a job within its first hold (FirstHold):
 	// the round solves for the others, on the GPUs left.
+	cfg := p.cfg.Resolve(RegimeOf(in.Nodes))
 	var pinned Allocations
 	var pinnedNodes map[string]bool
-	if !p.cfg.MoveRestoring {
-		hold := p.cfg.FirstHold
-		if len(GPUTypes(in.Nodes)) > 1 {
-			hold = p.cfg.typedHold
-		}
-		in, pinned, pinnedNodes = splitRestoring(in, hold, p.cfg.RestartPenalty)
+	if !cfg.MoveRestoring {
+		in, pinned, pinnedNodes = splitRestoring(in, cfg.FirstHold, max(cfg.RestartPenalty, 0))
 		if len(in.Jobs) == 0 {
 			return pinned, nil
 		}
 	}
 	order := polluxJobOrder(in.Jobs)
 	pr := &p.prob
-	p.stats.FallbackBases = pr.setup(in, order, total, p.cfg)
+	p.stats.FallbackBases = pr.setup(in, order, total, cfg)
 	pr.pinnedNodes(in, pinnedNodes)
 	nSeeds := p.buildSeeds(in, order)
 	p.stats.Seeds = nSeeds
 
-	rng := rand.New(rand.NewPCG(uint64(p.cfg.Seed), uint64(p.round)))
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(p.round)))
 	e := &p.engine
 	e.reset(gaParams{
-		popSize:     p.cfg.Population,
-		generations: p.cfg.Generations,
+		popSize:     cfg.Population,
+		generations: cfg.Generations,
 		crossProb:   0.9,
 		maxMatings:  100,
 		rows:        pr.rows,
-		stall:       p.stallGenerations(pr.typed, total),
+		stall:       max(cfg.StallGenerations, 0),
 	}, pr, nSeeds)
 	res := e.run(ctx, rng, nSeeds)
 	p.stats.Generations = res.generations
@@ -592,7 +600,7 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 	p.stats.FrontSize = front
 	p.stats.BestFitness = -e.f0[best]
 	p.stats.BestUtility = -e.f1[best]
-	p.saveStates(in, order)
+	p.saveStates(in, order, cfg.SeedFromWholePopulation)
 
 	out := Allocations{}
 	for id, a := range pinned {
@@ -823,18 +831,7 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.ntypes, pr.typed = nt, nt > 1
 	pr.knee = 0
 	if pr.typed {
-		// The defaults of several GPU types (PolluxTypedFairnessP).
-		pr.knee = cfg.StandInKnee
-		if pr.knee == 0 {
-			pr.knee = PolluxTypedStandInKnee
-		}
-		pr.knee = max(pr.knee, 0)
-		cfg.FairnessP, cfg.RestartHysteresis = cfg.typedP, cfg.typedH
-		pr.p = cfg.FairnessP
-		cfg.AgeWeightScale, cfg.AgeWeightPower = cfg.typedTau, cfg.typedAlpha
-		cfg.ServiceWeight = cfg.typedA0
-	} else if total > PolluxSmallClusterGPUs {
-		cfg.RestartHysteresis, cfg.ServiceWeight = cfg.largeH, cfg.largeA0
+		pr.knee = max(cfg.StandInKnee, 0)
 	}
 	pr.jobWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight, !cfg.ServiceWeightExact)
 	pr.nodeType = gaGrow(pr.nodeType, cols)
@@ -859,12 +856,6 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.growFactor = gaGrow(pr.growFactor, rows)
 	growCfg := cfg
 	growCfg.RestartHysteresis = cfg.GrowthHysteresis
-	if cfg.GrowthHysteresis == 0 {
-		growCfg.RestartHysteresis = PolluxDefaultGrowthHysteresis
-		if pr.typed || total > PolluxSmallClusterGPUs {
-			growCfg.RestartHysteresis = -1
-		}
-	}
 	pr.baseSum = gaGrow(pr.baseSum, rows)
 	pr.models = gaGrow(pr.models, rows*nt)
 	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
@@ -1154,7 +1145,7 @@ func polluxJobRestartFactor(job *Job, running bool, cfg PolluxConfig) float64 {
 	if !running && !cfg.PenalizeStarts {
 		return 1
 	}
-	delta := cfg.RestartPenalty
+	delta := max(cfg.RestartPenalty, 0)
 	if job.RestartTime > 0 {
 		delta = job.RestartTime
 	}
@@ -1236,7 +1227,7 @@ func (p *PolluxPolicy) buildSeeds(in Input, order []int) int {
 
 // saveStates keeps the final first front (or the whole population) with
 // the job and node IDs that index it, to seed the next round.
-func (p *PolluxPolicy) saveStates(in Input, order []int) {
+func (p *PolluxPolicy) saveStates(in Input, order []int, whole bool) {
 	e := &p.engine
 	p.prevJobs = p.prevJobs[:0]
 	for _, ji := range order {
@@ -1248,7 +1239,7 @@ func (p *PolluxPolicy) saveStates(in Input, order []int) {
 	}
 	p.prevCount = 0
 	for _, s := range e.pop {
-		if e.rank[s] == 0 || p.cfg.SeedFromWholePopulation {
+		if e.rank[s] == 0 || whole {
 			if p.prevCount == len(p.prevStates) {
 				p.prevStates = append(p.prevStates, spState{})
 			}
@@ -1256,19 +1247,4 @@ func (p *PolluxPolicy) saveStates(in Input, order []int) {
 			p.prevCount++
 		}
 	}
-}
-
-// stallGenerations is the stall rule of a round on a cluster of total
-// GPUs (typed: several GPU types): the configured StallGenerations, or,
-// if it is 0, the size-aware default; 0 runs every generation.
-func (p *PolluxPolicy) stallGenerations(typed bool, total int) int {
-	switch s := p.cfg.StallGenerations; {
-	case s < 0:
-		return 0
-	case s > 0:
-		return s
-	case !typed && total <= PolluxSmallClusterGPUs:
-		return PolluxDefaultStallGenerations
-	}
-	return 0
 }

@@ -50,7 +50,7 @@ func TestPolluxConfigValidate(t *testing.T) {
 		"negative generations":            {cfg: policy.PolluxConfig{Generations: -5}, wantErr: []string{"generations -5"}},
 		"NaN p":                           {cfg: policy.PolluxConfig{FairnessP: math.NaN()}, wantErr: []string{"fairness p NaN"}},
 		"p too large":                     {cfg: policy.PolluxConfig{FairnessP: -1000}, wantErr: []string{"fairness p -1000"}},
-		"negative restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: -30}, wantErr: []string{"restart penalty -30"}},
+		"restart penalty off":             {cfg: policy.PolluxConfig{RestartPenalty: -1}},
 		"infinite restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: math.Inf(1)}, wantErr: []string{"restart penalty +Inf"}},
 		"negative max nodes":              {cfg: policy.PolluxConfig{MaxNodesPerJob: -2}, wantErr: []string{"max nodes per job -2"}},
 		"hysteresis off":                  {cfg: policy.PolluxConfig{RestartHysteresis: -1}},
@@ -61,7 +61,7 @@ func TestPolluxConfigValidate(t *testing.T) {
 		"negative workers":                {cfg: policy.PolluxConfig{Workers: -1}, wantErr: []string{"workers -1"}},
 		"first hold off":                  {cfg: policy.PolluxConfig{FirstHold: -1}},
 		"infinite first hold":             {cfg: policy.PolluxConfig{FirstHold: math.Inf(1)}, wantErr: []string{"first hold +Inf"}},
-		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
+		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: math.NaN()}, wantErr: []string{"population -1", "generations -1", "restart penalty NaN"}},
 		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
 		"NewPollux refuses what Validate": {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"population -3"}},
 	}

@@ -201,3 +201,31 @@ func (a Allocations) JobIDs() []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// Regime is the shape of a cluster that a policy's defaults depend on:
+// how many GPUs it has and of how many types.
+type Regime struct {
+	// GPUs is the number of GPUs the policy may hand out.
+	GPUs int
+	// Types is the number of distinct GPU types; a cluster whose nodes
+	// carry no type is one type.
+	Types int
+}
+
+// SeveralTypes reports whether a cluster of types distinct GPU types
+// counts as heterogeneous: the one definition the policies, the
+// controller and the simulator share (a cluster whose GPUs are all of one
+// named type is a cluster of one type).
+func SeveralTypes(types int) bool { return types > 1 }
+
+// SeveralTypes reports whether the cluster has several GPU types.
+func (r Regime) SeveralTypes() bool { return SeveralTypes(r.Types) }
+
+// RegimeOf returns the regime of a cluster made of nodes.
+func RegimeOf(nodes []Node) Regime {
+	r := Regime{Types: len(GPUTypes(nodes))}
+	for _, n := range nodes {
+		r.GPUs += n.GPUs
+	}
+	return r
+}
