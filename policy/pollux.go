@@ -294,7 +294,6 @@ type PolluxConfig struct {
 	// PolluxTypedFirstHold (2) on a cluster of several GPU types and no
 	// hold on one type; a negative value, no hold.
 	FirstHold float64
-
 }
 
 // off is the value a knob takes in a resolved configuration when it is off.
