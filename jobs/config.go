@@ -22,7 +22,7 @@ type Config struct {
 	Interval time.Duration
 	// FairnessP is the power-mean exponent of the Pollux fitness. Unset
 	// (0), the policy's default: -1 on a cluster of one GPU type, 0.5 on
-	// one of several (policy.PolluxTypedFairnessP). An operator may not
+	// one of several (pollux.TypedFairnessP). An operator may not
 	// write 0.
 	FairnessP float64
 	// RestartPenalty is the restart delay δ of the fitness. Default 30s.

@@ -1,4 +1,4 @@
-package policy_test
+package pollux_test
 
 import (
 	"testing"
@@ -6,33 +6,34 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 )
 
 // TestPolluxResolve pins the effective configuration of the zero
-// PolluxConfig in each regime, and that set knobs win everywhere.
+// Config in each regime, and that set knobs win everywhere.
 func TestPolluxResolve(t *testing.T) {
-	common := policy.PolluxConfig{Population: 100, Generations: 100, RestartPenalty: 30, MaxNodesPerJob: 16, AgeWeightPower: 1}
-	with := func(f func(*policy.PolluxConfig)) policy.PolluxConfig {
+	common := pollux.Config{Population: 100, Generations: 100, RestartPenalty: 30, MaxNodesPerJob: 16, AgeWeightPower: 1}
+	with := func(f func(*pollux.Config)) pollux.Config {
 		c := common
 		f(&c)
 		return c
 	}
-	small := with(func(c *policy.PolluxConfig) {
+	small := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = 20, -1
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.45, 0.3, 14400
 		c.AgeWeightScale, c.StandInKnee, c.FirstHold = -1, -1, -1
 	})
-	large := with(func(c *policy.PolluxConfig) {
+	large := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = -1, -1
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.3, -1, -1
 		c.AgeWeightScale, c.StandInKnee, c.FirstHold = -1, -1, -1
 	})
-	several := with(func(c *policy.PolluxConfig) {
+	several := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = -1, 0.5
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.5, -1, -1
 		c.AgeWeightScale, c.StandInKnee, c.FirstHold = 28800, 4, 2
 	})
-	set := policy.PolluxConfig{
+	set := pollux.Config{
 		Population: 10, Generations: 20, StallGenerations: 5, FairnessP: 1, RestartPenalty: -1,
 		RestartHysteresis: 0.2, GrowthHysteresis: 0.1, ServiceWeight: 100, AgeWeightScale: 60,
 		AgeWeightPower: 2, StandInKnee: 8, FirstHold: 1, MaxNodesPerJob: 2, Workers: 3,
@@ -40,9 +41,9 @@ func TestPolluxResolve(t *testing.T) {
 	setOneType := set
 	setOneType.StandInKnee = -1
 	for name, tc := range map[string]struct {
-		cfg    policy.PolluxConfig
+		cfg    pollux.Config
 		regime policy.Regime
-		want   policy.PolluxConfig
+		want   pollux.Config
 	}{
 		"one type, 64 GPUs":          {regime: policy.Regime{GPUs: 64, Types: 1}, want: small},
 		"untyped, 4 GPUs":            {regime: policy.Regime{GPUs: 4, Types: 1}, want: small},
@@ -53,11 +54,11 @@ func TestPolluxResolve(t *testing.T) {
 		"set knobs, several types":   {cfg: set, regime: policy.Regime{GPUs: 16, Types: 2}, want: set},
 		"set knobs, one type":        {cfg: set, regime: policy.Regime{GPUs: 16, Types: 1}, want: setOneType},
 		"set knobs, large":           {cfg: set, regime: policy.Regime{GPUs: 1024, Types: 1}, want: setOneType},
-		"hysteresis off, growth too": {cfg: policy.PolluxConfig{RestartHysteresis: -1}, regime: policy.Regime{GPUs: 64, Types: 1}, want: with(func(c *policy.PolluxConfig) { *c = small; c.RestartHysteresis, c.GrowthHysteresis = -1, -1 })},
-		"hysteresis off, growth set": {cfg: policy.PolluxConfig{RestartHysteresis: -1, GrowthHysteresis: 0.2}, regime: policy.Regime{GPUs: 64, Types: 1}, want: with(func(c *policy.PolluxConfig) { *c = small; c.RestartHysteresis, c.GrowthHysteresis = -1, 0.2 })},
-		"growth on a large cluster":  {cfg: policy.PolluxConfig{GrowthHysteresis: 0.3}, regime: policy.Regime{GPUs: 1024, Types: 1}, want: with(func(c *policy.PolluxConfig) { *c = large; c.GrowthHysteresis = 0.3 })},
-		"service weight on several":  {cfg: policy.PolluxConfig{ServiceWeight: 3600}, regime: policy.Regime{GPUs: 16, Types: 3}, want: with(func(c *policy.PolluxConfig) { *c = several; c.ServiceWeight = 3600 })},
-		"age weights off on several": {cfg: policy.PolluxConfig{AgeWeightScale: -1}, regime: policy.Regime{GPUs: 16, Types: 3}, want: with(func(c *policy.PolluxConfig) { *c = several; c.AgeWeightScale = -1 })},
+		"hysteresis off, growth too": {cfg: pollux.Config{RestartHysteresis: -1}, regime: policy.Regime{GPUs: 64, Types: 1}, want: with(func(c *pollux.Config) { *c = small; c.RestartHysteresis, c.GrowthHysteresis = -1, -1 })},
+		"hysteresis off, growth set": {cfg: pollux.Config{RestartHysteresis: -1, GrowthHysteresis: 0.2}, regime: policy.Regime{GPUs: 64, Types: 1}, want: with(func(c *pollux.Config) { *c = small; c.RestartHysteresis, c.GrowthHysteresis = -1, 0.2 })},
+		"growth on a large cluster":  {cfg: pollux.Config{GrowthHysteresis: 0.3}, regime: policy.Regime{GPUs: 1024, Types: 1}, want: with(func(c *pollux.Config) { *c = large; c.GrowthHysteresis = 0.3 })},
+		"service weight on several":  {cfg: pollux.Config{ServiceWeight: 3600}, regime: policy.Regime{GPUs: 16, Types: 3}, want: with(func(c *pollux.Config) { *c = several; c.ServiceWeight = 3600 })},
+		"age weights off on several": {cfg: pollux.Config{AgeWeightScale: -1}, regime: policy.Regime{GPUs: 16, Types: 3}, want: with(func(c *pollux.Config) { *c = several; c.AgeWeightScale = -1 })},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := tc.cfg.Resolve(tc.regime)
