@@ -770,7 +770,7 @@ func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config
 	// per-type fair-share goodputs into one base per job.
 	types := core.GPUTypes(in.Nodes)
 	nt := len(types)
-	pr.ntypes, pr.typed = nt, nt > 1
+	pr.ntypes, pr.typed = nt, core.SeveralTypes(nt)
 	pr.knee = 0
 	if pr.typed {
 		pr.knee = max(cfg.StandInKnee, 0)
