@@ -47,7 +47,7 @@ check: lint ## lint + the architecture's rules (internal/archtest: layers, who m
 	@echo "dependency rules ok"
 
 bench: ## Go benchmarks (model fitting, goodput, policy rounds at 64/256/1024 GPUs)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime=20x ./model/ ./policy/ ./apps/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime=20x ./model/ ./policy/... ./apps/
 
 # Every fuzz target as package:Target; `go test -fuzz` takes one target per run.
 FUZZ_TARGETS := \

@@ -24,7 +24,7 @@ const (
 // Explanation is why a job has its allocation or waits, with the numbers
 // behind it. Speedups are relative to the job's fair-share base, the
 // goodput it would have on K_f GPUs on N_f nodes (Pollux, OSDI '21, §4.1;
-// see policy.PolluxPolicy), as in the policy's fitness.
+// see pollux.Policy in policy/pollux), as in the policy's fitness.
 type Explanation struct {
 	// Reason is one of the Reason* codes.
 	Reason string `json:"reason"`

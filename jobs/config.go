@@ -22,10 +22,12 @@ type Config struct {
 	Interval time.Duration
 	// FairnessP is the power-mean exponent of the Pollux fitness. Unset
 	// (0), the policy's default: -1 on a cluster of one GPU type, 0.5 on
-	// one of several (policy.PolluxTypedFairnessP). An operator may not
+	// one of several (pollux.TypedFairnessP). An operator may not
 	// write 0.
 	FairnessP float64
-	// RestartPenalty is the restart delay δ of the fitness. Default 30s.
+	// RestartPenalty is the restart delay δ of the fitness for jobs
+	// without a measured restart time. Default 30s; 0 (the document's
+	// "off" or "0s") turns it off.
 	RestartPenalty time.Duration
 	// RestartTimeMax caps a job's measured restart time (the median of
 	// its last samples, from the write of an allocation to its first
@@ -80,6 +82,10 @@ type Config struct {
 	// built-in defaults (DefaultGPUTypeSpeed): the prior with which a job's
 	// throughput on a type it has not run on is predicted.
 	GPUTypeSpeed map[string]float64
+	// Pollux holds the Pollux policy's other settings (the pollux block,
+	// ga.stall_generations, ga.workers); zero values leave the policy's
+	// defaults for the cluster (PolluxConfig, EffectivePollux).
+	Pollux PolluxKnobs
 }
 
 // DefaultConfig returns the defaults of docs/contracts.md §4.
@@ -123,10 +129,13 @@ type configDoc struct {
 	GPUTypeMap            *map[string]string  `json:"gpu_type_map" hcl:"gpu_type_map,optional"`
 	GPUTypeSpeed          *map[string]float64 `json:"gpu_type_speed" hcl:"gpu_type_speed,optional"`
 	GA                    *struct {
-		Population  *int   `json:"population" hcl:"population,optional"`
-		Generations *int   `json:"generations" hcl:"generations,optional"`
-		Seed        *int64 `json:"seed" hcl:"seed,optional"`
+		Population       *int   `json:"population" hcl:"population,optional"`
+		Generations      *int   `json:"generations" hcl:"generations,optional"`
+		Seed             *int64 `json:"seed" hcl:"seed,optional"`
+		StallGenerations *knob  `json:"stall_generations" hcl:"stall_generations,optional"`
+		Workers          *knob  `json:"workers" hcl:"workers,optional"`
 	} `json:"ga" hcl:"ga,block"`
+	Pollux *polluxDoc `json:"pollux" hcl:"pollux,block"`
 }
 
 // MergeJSON applies the fields present in a JSON configuration document
@@ -164,6 +173,10 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 	var errs []error
 	dur := func(name string, s *string, dst *time.Duration) {
 		if s == nil {
+			return
+		}
+		if name == "restart_penalty" && strings.TrimSpace(*s) == off {
+			*dst = 0
 			return
 		}
 		v, err := time.ParseDuration(*s)
@@ -230,6 +243,13 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 		if d.GA.Seed != nil {
 			out.Seed = *d.GA.Seed
 		}
+	}
+	for _, p := range out.Pollux.merge(d) {
+		var fe fieldError
+		if errors.As(p, &fe) && at(fe.field) != "" {
+			p = fmt.Errorf("%s%w", at(fe.field), p)
+		}
+		errs = append(errs, p)
 	}
 	for _, p := range out.problems() {
 		var fe fieldError
@@ -305,6 +325,9 @@ func (c Config) problems() []error {
 		bad("explore_start", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreStart)
 	}
 	errs = append(errs, c.gpuTypeProblems()...)
+	if err := c.PolluxConfig().Validate(); err != nil {
+		bad("pollux", "%v", err)
+	}
 	return errs
 }
 

@@ -20,12 +20,19 @@ import (
 // the defaults. A name ending in .hcl is HCL, one ending in .json is JSON;
 // any other name is JSON if its first non-blank character is {, HCL
 // otherwise. Both use the field names of the KV document (which stays
-// JSON); in HCL the genetic algorithm's settings are a ga block:
+// JSON); in HCL the genetic algorithm's settings are a ga block and the
+// Pollux policy's other knobs a pollux block (PolluxKnobs), where a knob
+// may be the word "off":
 //
 //	interval   = "60s"
 //	fairness_p = -1
 //	ga {
-//	  population = 100
+//	  population        = 100
+//	  stall_generations = "off"
+//	}
+//	pollux {
+//	  restart_hysteresis = 0.45
+//	  service_weight     = "off"
 //	}
 //
 // Errors name the file, and for HCL the line and column of the field.

@@ -3,6 +3,10 @@ package policy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/pollux-nomad/pollux/policy/baseline"
+	"github.com/pollux-nomad/pollux/policy/pollux"
+	"github.com/pollux-nomad/pollux/policy/sia"
 )
 
 // Traits describe what a policy needs from whoever runs it (the Nomad
@@ -115,12 +119,12 @@ var kinds = map[string]kind{
 	"pollux": {
 		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4, TypedStartReplicas: 16, SharedProfiles: true},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
-		make:   func(s Settings) (Policy, error) { return NewPollux(s.Pollux) },
+		make:   func(s Settings) (Policy, error) { return pollux.New(s.Pollux) },
 	},
 	"tiresias": {
 		traits: Traits{Replicas: RequestedReplicas},
 		uses:   func(s Settings) Settings { return Settings{Tiresias: s.Tiresias} },
-		make:   func(s Settings) (Policy, error) { return NewTiresias(s.Tiresias) },
+		make:   func(s Settings) (Policy, error) { return baseline.NewTiresias(s.Tiresias) },
 	},
 	"sia": {
 		// Sia tunes each job's batch size for its configuration
@@ -129,12 +133,12 @@ var kinds = map[string]kind{
 		// get_sia_multi_job_info with share_max_replicas).
 		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas},
 		uses:   func(s Settings) Settings { return Settings{Sia: s.Sia} },
-		make:   func(s Settings) (Policy, error) { return NewSia(s.Sia) },
+		make:   func(s Settings) (Policy, error) { return sia.New(s.Sia) },
 	},
 	"optimus": {
 		traits: Traits{NeedsOracle: true, Replicas: BatchReplicas},
 		uses:   func(Settings) Settings { return Settings{} },
-		make:   func(Settings) (Policy, error) { return NewOptimus(), nil },
+		make:   func(Settings) (Policy, error) { return baseline.NewOptimus(), nil },
 	},
 }
 

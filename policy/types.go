@@ -1,203 +1,69 @@
 package policy
 
 import (
-	"context"
-	"sort"
+	"github.com/pollux-nomad/pollux/policy/baseline"
+	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy/pollux"
+	"github.com/pollux-nomad/pollux/policy/sia"
 )
 
-// GoodputModel gives a job's best predicted goodput for a placement shape,
-// with the batch size, micro-batch and accumulation steps already optimised
-// for that shape. model.GoodputCache implements it. The values are in
-// examples per second at M0-equivalent statistical progress; only ratios
-// matter to the policies.
-type GoodputModel interface {
-	// Goodput returns the best goodput on nodes nodes holding replicas GPUs
-	// in total. It is called many times per round and must be cheap
-	// (memoised) and safe to call from one goroutine at a time.
-	Goodput(nodes, replicas int) float64
-}
+// The types every policy shares. They are declared in policy/internal/core,
+// below both this package and the policies it registers, so that the
+// policies (policy/pollux, policy/sia, policy/baseline) can use them and
+// this package can import the policies without a cycle; outside the
+// policy tree they are read under these names.
+type (
+	// GoodputModel gives a job's best predicted goodput for a placement
+	// shape (core.GoodputModel).
+	GoodputModel = core.GoodputModel
+	// Oracle gives Optimus+Oracle a job's true remaining work and step
+	// time (core.Oracle).
+	Oracle = core.Oracle
+	// Job is one schedulable job as a policy sees it (core.Job).
+	Job = core.Job
+	// Node is a node whose GPUs a policy may hand out (core.Node).
+	Node = core.Node
+	// Allocations maps a job ID to the node ID of each of its GPUs
+	// (core.Allocations).
+	Allocations = core.Allocations
+	// Input is everything a policy sees in one round (core.Input).
+	Input = core.Input
+	// Policy decides the allocation of GPUs to jobs for one round
+	// (core.Policy).
+	Policy = core.Policy
+	// Regime is the shape of a cluster (GPUs, GPU types) that a policy's
+	// defaults depend on (core.Regime).
+	Regime = core.Regime
+)
 
-// Oracle gives Optimus+Oracle the true remaining work of a job and its true
-// step time, as the Pollux artifact's Optimus baseline reads them from the
-// measured traces rather than from a fitted model.
-type Oracle interface {
-	// RemainingIterations is the number of optimizer steps left until the
-	// job completes at its fixed batch size (at least 1).
-	RemainingIterations() float64
-	// StepTime is the true time of one optimizer step (including
-	// accumulation micro-steps) on replicas GPUs packed 4 per node.
-	StepTime(replicas int) float64
-}
-
-// Job is one schedulable job as a policy sees it: a snapshot, never
-// modified by the policy.
-type Job struct {
-	// ID identifies the job across rounds (Nomad namespace/job ID, or the
-	// workload name in simulation).
-	ID string
-	// Goodput is the job's fitted goodput model; nil while the job has not
-	// run yet (the policy then assumes linear speedup, as the reference).
-	Goodput GoodputModel
-	// Submitted is the submission (creation) time in seconds.
-	Submitted float64
-	// Age is now minus Submitted, in seconds.
-	Age float64
-	// AttainedService is the GPU-seconds the job has been allocated so far.
-	AttainedService float64
-	// MinReplicas and MaxReplicas bound the job's GPU count. For Tiresias,
-	// MaxReplicas is the job's fixed (requested) GPU count.
-	MinReplicas, MaxReplicas int
-	// NumRestarts counts the reallocations after the first one.
-	NumRestarts int
-	// RestartTime is how long, in seconds, the job makes no progress when
-	// it is (re)started on a new allocation: its measured
-	// checkpoint-restore time where known. 0 means the policy's
-	// configured default (Pollux: PolluxConfig.RestartPenalty).
-	RestartTime float64
-	// Oracle is used by Optimus+Oracle only; other policies ignore it.
-	Oracle Oracle
-	// TypedGoodput is the job's goodput model per GPU type (Node.Type) on a
-	// heterogeneous cluster: fitted on the types the job has run on,
-	// predicted (bootstrapped) on the others. A type absent from the map,
-	// or a nil map, falls back to Goodput. A job runs on one GPU type at a
-	// time; moving it to another type is a restart.
-	TypedGoodput map[string]GoodputModel
-	// Restoring is true while the job is checkpointing and restoring
-	// after its last (re)allocation, making no progress yet. Sia keeps
-	// such a job's allocation (its simulator's preserve_ckpt_allocs);
-	// other policies ignore it.
-	Restoring bool
-	// Held is how long, in seconds, the job has held its current
-	// allocation: the time since the reallocation that gave it. 0 when it
-	// holds no GPUs or the caller does not know; Pollux's FirstHold
-	// uses it.
-	Held float64
-	// ProbeSpeed is, on a heterogeneous cluster, the job's one-GPU
-	// throughput per GPU type (Node.Type) as probed when it arrived, before
-	// it has run (Sia, SOSP '23, §3.3 profiles one GPU of each type); only
-	// the ratios matter. A policy may use it to choose the first type of a
-	// job without a model; nil where no probes were taken.
-	ProbeSpeed map[string]float64
-}
-
-// GoodputOn returns the job's goodput model on GPU type t: its typed model
-// where there is one, else Goodput (which may be nil: not run yet).
-func (j Job) GoodputOn(t string) GoodputModel {
-	if m, ok := j.TypedGoodput[t]; ok && m != nil {
-		return m
-	}
-	return j.Goodput
-}
-
-// Node is a node whose GPUs the policy may hand out.
-type Node struct {
-	// ID identifies the node across rounds.
-	ID string
-	// GPUs is the number of GPUs the policy may use on this node.
-	GPUs int
-	// Type is the node's GPU type ("t4", "v100", "a100", "rtx6000",
-	// "rtx2080ti", or an operator's name); "" on a cluster of one type. All
-	// GPUs of a node are of its type.
-	Type string
-}
+// The configurations of the registered policies, as Settings holds them.
+type (
+	// PolluxConfig configures Pollux (pollux.Config).
+	PolluxConfig = pollux.Config
+	// SiaConfig configures Sia (sia.Config).
+	SiaConfig = sia.Config
+	// TiresiasConfig configures Tiresias (baseline.TiresiasConfig).
+	TiresiasConfig = baseline.TiresiasConfig
+)
 
 // GPUTypes returns the distinct GPU types of nodes, sorted.
-func GPUTypes(nodes []Node) []string {
-	seen := make(map[string]bool)
-	var out []string
-	for _, n := range nodes {
-		if !seen[n.Type] {
-			seen[n.Type] = true
-			out = append(out, n.Type)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+func GPUTypes(nodes []Node) []string { return core.GPUTypes(nodes) }
 
-// Allocations maps a job ID to the node ID of each of its GPUs, in rank
-// order, with a node's GPUs contiguous (for example [a a a b]). A job absent
-// from the map, or with an empty slice, holds no GPUs.
-type Allocations map[string][]string
+// SeveralTypes reports whether a cluster of types distinct GPU types
+// counts as heterogeneous (more than one): the one definition the
+// policies, the controller and the simulator share. A cluster whose GPUs
+// are all of one named type is a cluster of one type.
+func SeveralTypes(types int) bool { return core.SeveralTypes(types) }
 
-// Input is everything a policy sees in one scheduling round.
-type Input struct {
-	// Now is the current time in seconds (simulated or wall clock).
-	Now float64
-	// Jobs are the submitted, unfinished jobs in submission order.
-	Jobs []Job
-	// Nodes are the nodes available, in a stable order.
-	Nodes []Node
-	// Current is the allocation in force before this round.
-	Current Allocations
-}
-
-// Policy decides the allocation of GPUs to jobs for one round. A Policy may
-// keep state between rounds (Tiresias' queues, the genetic algorithm's
-// population) and is not safe for concurrent use.
-type Policy interface {
-	// Name returns the policy's name ("pollux", "tiresias", "optimus").
-	Name() string
-	// Optimize returns the new allocation. Every returned allocation
-	// respects node capacities and the jobs' replica bounds.
-	Optimize(ctx context.Context, in Input) (Allocations, error)
-}
+// RegimeOf returns the regime of a cluster made of nodes.
+func RegimeOf(nodes []Node) Regime { return core.RegimeOf(nodes) }
 
 // Placement groups an allocation into GPUs per node in rank order, for
 // example [a a a b] gives [3 1].
-func Placement(alloc []string) []int {
-	var out []int
-	for i, n := range alloc {
-		if i == 0 || n != alloc[i-1] {
-			out = append(out, 1)
-		} else {
-			out[len(out)-1]++
-		}
-	}
-	return out
-}
+func Placement(alloc []string) []int { return core.Placement(alloc) }
 
 // NumNodes returns the number of distinct nodes in alloc.
-func NumNodes(alloc []string) int {
-	seen := make(map[string]struct{}, len(alloc))
-	for _, n := range alloc {
-		seen[n] = struct{}{}
-	}
-	return len(seen)
-}
+func NumNodes(alloc []string) int { return core.NumNodes(alloc) }
 
 // Equal reports whether two allocations of one job are the same.
-func Equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// UsedGPUs counts the GPUs each node holds across all jobs.
-func (a Allocations) UsedGPUs() map[string]int {
-	used := make(map[string]int)
-	for _, alloc := range a {
-		for _, n := range alloc {
-			used[n]++
-		}
-	}
-	return used
-}
-
-// JobIDs returns the IDs of jobs holding at least one GPU, sorted.
-func (a Allocations) JobIDs() []string {
-	ids := make([]string, 0, len(a))
-	for id, alloc := range a {
-		if len(alloc) > 0 {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids
-}
+func Equal(a, b []string) bool { return core.Equal(a, b) }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
@@ -122,7 +123,7 @@ func TestEval(t *testing.T) {
 					if p == "pollux" {
 						c := base
 						c.Seed = seed
-						pol, err = policy.NewPollux(c)
+						pol, err = pollux.New(c)
 					} else {
 						pol, err = sim.NewPolicy(p, seed)
 					}

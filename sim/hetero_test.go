@@ -14,6 +14,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
@@ -205,7 +206,7 @@ func heteroRun(groups []sim.NodeGroup, applications map[string]*apps.Application
 				return results.Summary{}, fmt.Errorf("HETERO_SEED: %w", err)
 			}
 		}
-		pol, err = policy.NewPollux(cfg)
+		pol, err = pollux.New(cfg)
 	} else {
 		pol, err = sim.NewPolicyFor(v.name, 1, sim.RulesSia)
 	}

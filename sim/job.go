@@ -369,7 +369,7 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explor
 	// when it arrived (as the bootstrap's), for the type-aware policies
 	// that take bootstrapped models (pollux); sia keeps its artifact's
 	// unit value for such jobs.
-	if pj.Goodput == nil && pj.TypedGoodput == nil && len(types) > 1 && traits.TypeAware && !traits.ProjectedGoodput {
+	if pj.Goodput == nil && pj.TypedGoodput == nil && policy.SeveralTypes(len(types)) && traits.TypeAware && !traits.ProjectedGoodput {
 		pj.ProbeSpeed = make(map[string]float64, len(types))
 		for _, t := range types {
 			pj.ProbeSpeed[t] = app.OneGPUThroughput(t)

@@ -271,9 +271,8 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 	}
 	if cfg.Rules == RulesSia && cfg.ExploreStart == 0 {
 		cfg.ExploreStart = max(traits.StartReplicas, 1)
-		// Validate rejects a type given twice: several groups are
-		// several types.
-		if traits.TypedStartReplicas > 0 && len(cfg.Cluster) > 1 {
+		// Validate rejects a type given twice: each group is a type.
+		if traits.TypedStartReplicas > 0 && policy.SeveralTypes(len(cfg.Cluster)) {
 			cfg.ExploreStart = traits.TypedStartReplicas
 		}
 	}
@@ -300,7 +299,7 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			s.nodes = append(s.nodes, policy.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
 		}
 	}
-	if len(s.types) > 1 && traits.UsesGoodput && !traits.ProjectedGoodput {
+	if policy.SeveralTypes(len(s.types)) && traits.UsesGoodput && !traits.ProjectedGoodput {
 		if s.netScale, err = netScales(applications, s.types); err != nil {
 			return nil, err
 		}
@@ -309,7 +308,7 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 		return nil, fmt.Errorf("sim: ShareProfiles: unknown value %d (want ShareDefault, ShareOn or ShareOff)", cfg.ShareProfiles)
 	}
 	var pool *model.ProfilePool
-	if cfg.ShareProfiles == ShareOn || cfg.ShareProfiles == ShareDefault && traits.SharedProfiles && len(cfg.Cluster) > 1 {
+	if cfg.ShareProfiles == ShareOn || cfg.ShareProfiles == ShareDefault && traits.SharedProfiles && policy.SeveralTypes(len(cfg.Cluster)) {
 		pool = &model.ProfilePool{}
 	}
 	for i, w := range jobs {

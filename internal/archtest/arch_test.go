@@ -19,6 +19,9 @@ const module = "github.com/pollux-nomad/pollux"
 var layers = [][]string{
 	// The wire contract and the pure leaves.
 	{"contract/quote", "contract", "contract/contracttest", "model", "data", "apps/internal/delaunay"},
+	// The types the policies share, then the policies.
+	{"policy/internal/core"},
+	{"policy/pollux", "policy/sia", "policy/baseline"},
 	// Pure core built on them.
 	{"internal/access", "metrics", "policy", "results", "workload", "apps"},
 	// Test helpers of the core; the controller, its Consul adapter, the
@@ -39,7 +42,7 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/pollux", "policy/sia", "policy/baseline", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
 
 // workerForbidden are what the worker libraries must not depend on.
 var workerForbidden = []string{"jobs", "policy", "sim", "model", "nomad"}

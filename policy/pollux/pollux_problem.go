@@ -1,4 +1,4 @@
-package policy
+package pollux
 
 import (
 	"math"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pollux-nomad/pollux/policy/internal/core"
 )
 
 // polluxProblem is one round's optimisation problem of PolluxSched: the
@@ -67,7 +69,7 @@ type polluxProblem struct {
 	// count.
 	cnt0 []int32
 	// wholeNodes gives a job spanning several nodes whole nodes only
-	// (PolluxConfig.WholeNodes).
+	// (Config.WholeNodes).
 	wholeNodes bool
 
 	// weight (nil: all 1) weighs each job's term of the fitness; wsum is
@@ -81,7 +83,7 @@ type polluxProblem struct {
 	// use (polluxUnset until then). Workers read and write it atomically;
 	// modelMu serialises the models, which are not safe for concurrent
 	// use.
-	models      []GoodputModel // per job and type: models[j·ntypes+t]
+	models      []core.GoodputModel // per job and type: models[j·ntypes+t]
 	baseGoodput []float64
 	// knee is StandInKnee on a typed cluster (0: linear stand-in).
 	knee      int
@@ -213,32 +215,6 @@ func (s *spState) equal(o *spState) bool {
 	return slices.Equal(s.start, o.start) && slices.Equal(s.ent, o.ent)
 }
 
-// dense returns the state as a rows × cols matrix (for tests and debugging).
-func (s *spState) dense(rows, cols int) []uint8 {
-	x := make([]uint8, rows*cols)
-	for j := range rows {
-		for _, e := range s.row(j) {
-			x[j*cols+int(spNode(e))] = uint8(spGPUs(e))
-		}
-	}
-	return x
-}
-
-// setDense encodes a rows × cols matrix into s.
-func (s *spState) setDense(x []uint8, rows, cols int) {
-	s.start = gaGrow(s.start, rows+1)
-	s.ent = s.ent[:0]
-	for j := range rows {
-		s.start[j] = int32(len(s.ent))
-		for n, v := range x[j*cols : (j+1)*cols] {
-			if v != 0 {
-				s.ent = append(s.ent, spEntry(int32(n), int32(v)))
-			}
-		}
-	}
-	s.start[rows] = int32(len(s.ent))
-}
-
 // polluxRestartFactor is the restart penalty of Pollux (OSDI '21, §4.2,
 // REALLOC_FACTOR; artifact pollux.py _evaluate): a job whose allocation
 // changes has its scaled speedup multiplied by max(T − R·δ, 0)/(T + δ),
@@ -297,10 +273,10 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 			// Linear, at the type's speed relative to the others as
 			// measured on the jobs that have models (typeSpeed) or by
 			// the job's probes (jobSpeed); past the knee each GPU counts
-			// PolluxStandInKneeSlope of one.
+			// StandInKneeSlope of one.
 			kk := float64(k)
 			if knee := pr.knee; knee > 0 && k > knee {
-				kk = float64(knee) + PolluxStandInKneeSlope*float64(k-knee)
+				kk = float64(knee) + StandInKneeSlope*float64(k-knee)
 			}
 			return kk / pr.fairK * pr.jobSpeed[j*pr.ntypes+t]
 		}
@@ -318,7 +294,7 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 
 // pinnedNodes sets cnt0 from the nodes of the distributed jobs taken out
 // of the problem (splitRestoring).
-func (pr *polluxProblem) pinnedNodes(in Input, nodes map[string]bool) {
+func (pr *polluxProblem) pinnedNodes(in core.Input, nodes map[string]bool) {
 	pr.cnt0 = gaGrow(pr.cnt0, pr.cols)
 	for n, node := range in.Nodes {
 		pr.cnt0[n] = 0
@@ -340,28 +316,6 @@ func (pr *polluxProblem) loadSeed(s int32, i int) { pr.states[s].copyFrom(&pr.se
 
 // equal reports whether slots s and t hold the same state.
 func (pr *polluxProblem) equal(s, t int32) bool { return pr.states[s].equal(&pr.states[t]) }
-
-// crossover is single-point crossover over rows (Pollux, OSDI '21, §4.2;
-// artifact pollux.py _crossover with pymoo's crossover_mask): the first
-// cut rows of each child come from the other parent. cut = 0 copies the
-// parents.
-func (pr *polluxProblem) crossover(c0, c1, a, b int32, cut int) {
-	xa, xb := &pr.states[a], &pr.states[b]
-	spCross(&pr.states[c0], xa, xb, cut, pr.rows)
-	spCross(&pr.states[c1], xb, xa, cut, pr.rows)
-}
-
-// spCross writes into c the rows [0, cut) of head and the rows [cut, rows)
-// of tail.
-func spCross(c, tail, head *spState, cut, rows int) {
-	c.start = gaGrow(c.start, rows+1)
-	hc, tc := head.start[cut], tail.start[cut]
-	copy(c.start[:cut], head.start[:cut])
-	for j := cut; j <= rows; j++ {
-		c.start[j] = tail.start[j] - tc + hc
-	}
-	c.ent = append(append(c.ent[:0], head.ent[:hc]...), tail.ent[tc:]...)
-}
 
 // mutate is the mutation of the artifact's Problem._mutation, on one
 // state: (1) each job's row is reset to the current allocation with
@@ -664,7 +618,7 @@ func spRaise(rng *rand.Rand, e *uint32, limit int32) {
 //	S_j        = SPEEDUP_j(A_j)·d·#nodes, times the restart factor if row j
 //	             differs from the current allocation;
 //	FITNESS_p  = ((1/J)·Σ_j (S_j + 1e−3)^p)^(1/p), or with
-//	             PolluxConfig.ServiceWeight the weighted power mean
+//	             Config.ServiceWeight the weighted power mean
 //	             ((Σ_j w_j·(S_j + 1e−3)^p)/Σ_j w_j)^(1/p);
 //	UTILITY    = Σ_j SPEEDUP_j(A_j) / (GPUs of the nodes in use).
 func (pr *polluxProblem) repairEval(rng *rand.Rand, s int32) (float64, float64, uint64) {

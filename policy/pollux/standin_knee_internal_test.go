@@ -1,35 +1,37 @@
-package policy
+package pollux
 
 import (
 	"context"
 	"math"
 	"testing"
+
+	"github.com/pollux-nomad/pollux/policy/internal/core"
 )
 
 // TestPolluxStandInKnee: on a cluster of several GPU types the stand-in
-// speedup of a job without a model rises at PolluxStandInKneeSlope per GPU
+// speedup of a job without a model rises at StandInKneeSlope per GPU
 // past StandInKnee GPUs (so 8 GPUs are worth 4 + 0.5·4 = 6 of the first),
 // linearly with StandInKnee < 0 and on a cluster of one type; and a lone
 // new job still takes every idle GPU it may have.
 func TestPolluxStandInKnee(t *testing.T) {
-	typed := []Node{{ID: "t4-0", GPUs: 8, Type: "t4"}, {ID: "a100-0", GPUs: 8, Type: "a100"}}
-	one := []Node{{ID: "n0", GPUs: 8}, {ID: "n1", GPUs: 8}}
+	typed := []core.Node{{ID: "t4-0", GPUs: 8, Type: "t4"}, {ID: "a100-0", GPUs: 8, Type: "a100"}}
+	one := []core.Node{{ID: "n0", GPUs: 8}, {ID: "n1", GPUs: 8}}
 	for _, tc := range []struct {
 		name  string
-		nodes []Node
+		nodes []core.Node
 		knee  int
 		want  float64 // speedup on 8 GPUs over speedup on 4
 	}{
-		{"typed, default knee", typed, 0, (PolluxTypedStandInKnee + PolluxStandInKneeSlope*4) / 4},
+		{"typed, default knee", typed, 0, (TypedStandInKnee + StandInKneeSlope*4) / 4},
 		{"typed, knee off", typed, -1, 2},
-		{"typed, knee 2", typed, 2, (2 + PolluxStandInKneeSlope*6) / (2 + PolluxStandInKneeSlope*2)},
+		{"typed, knee 2", typed, 2, (2 + StandInKneeSlope*6) / (2 + StandInKneeSlope*2)},
 		{"one type", one, 0, 2},
 	} {
-		p, err := NewPollux(PolluxConfig{Seed: 1, StandInKnee: tc.knee})
+		p, err := New(Config{Seed: 1, StandInKnee: tc.knee})
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := Input{Now: 100, Nodes: tc.nodes, Current: Allocations{}, Jobs: []Job{
+		in := core.Input{Now: 100, Nodes: tc.nodes, Current: core.Allocations{}, Jobs: []core.Job{
 			{ID: "new", MaxReplicas: 8, Age: 10, ProbeSpeed: map[string]float64{"t4": 1, "a100": 4}},
 		}}
 		out, err := p.Optimize(context.Background(), in)

@@ -1,4 +1,4 @@
-package policy_test
+package sia_test
 
 import (
 	"context"
@@ -10,18 +10,19 @@ import (
 
 	"github.com/pollux-nomad/pollux/policy"
 	pt "github.com/pollux-nomad/pollux/policy/policytest"
+	"github.com/pollux-nomad/pollux/policy/sia"
 )
 
-func newSia(t *testing.T, cfg policy.SiaConfig) *policy.SiaPolicy {
+func newSia(t *testing.T, cfg sia.Config) *sia.Policy {
 	t.Helper()
-	p, err := policy.NewSia(cfg)
+	p, err := sia.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func runSia(t *testing.T, p *policy.SiaPolicy, in policy.Input) policy.Allocations {
+func runSia(t *testing.T, p *sia.Policy, in policy.Input) policy.Allocations {
 	t.Helper()
 	out, err := p.Optimize(context.Background(), in)
 	if err != nil {
@@ -60,7 +61,7 @@ func TestSiaLoneJobTakesBestConfig(t *testing.T) {
 	in := policy.Input{Nodes: pt.TypedNodes(smallPools...), Jobs: []policy.Job{
 		{ID: "a", MaxReplicas: 64, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), smallPools...)},
 	}}
-	out := runSia(t, newSia(t, policy.SiaConfig{}), in)
+	out := runSia(t, newSia(t, sia.Config{}), in)
 	if got := out["a"]; len(got) != 8 || typeOf(in, got) != "a100" {
 		t.Fatalf("lone job got %v, want 8 GPUs of a100", got)
 	}
@@ -75,7 +76,7 @@ func TestSiaConfigurationSpace(t *testing.T) {
 		in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
 			{ID: "a", MaxReplicas: maxR, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 		}}
-		out := runSia(t, newSia(t, policy.SiaConfig{}), in)
+		out := runSia(t, newSia(t, sia.Config{}), in)
 		if got := len(out["a"]); got != want {
 			t.Errorf("max replicas %d: got %d GPUs, want %d", maxR, got, want)
 		}
@@ -92,7 +93,7 @@ func TestSiaMaxNodesByType(t *testing.T) {
 		{ID: "a", MaxReplicas: 64, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 	}}
 	for limits, want := range map[string]int{"": 24, "t4=2": 8, "a100=1": 24, "t4=3,a100=1": 12} {
-		out := runSia(t, newSia(t, policy.SiaConfig{MaxNodesByType: limits}), in)
+		out := runSia(t, newSia(t, sia.Config{MaxNodesByType: limits}), in)
 		if len(out["a"]) != want {
 			t.Errorf("limits %q: got %d GPUs, want %d", limits, len(out["a"]), want)
 		}
@@ -106,7 +107,7 @@ func TestSiaNewJobsGetOneGPU(t *testing.T) {
 	for i := range 10 {
 		in.Jobs = append(in.Jobs, policy.Job{ID: fmt.Sprintf("j%d", i), MaxReplicas: 8})
 	}
-	out := runSia(t, newSia(t, policy.SiaConfig{}), in)
+	out := runSia(t, newSia(t, sia.Config{}), in)
 	for _, j := range in.Jobs {
 		if len(out[j.ID]) != 1 {
 			t.Errorf("%s got %v, want 1 GPU", j.ID, out[j.ID])
@@ -125,7 +126,7 @@ func TestSiaFairnessAndLambda(t *testing.T) {
 		in.Jobs = append(in.Jobs, policy.Job{ID: fmt.Sprintf("j%02d", i), MaxReplicas: 16, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)})
 	}
 	for lambda, want := range map[float64]map[int]int{0: {2: 8, 0: 8}, 2: {1: 16}} {
-		p := newSia(t, policy.SiaConfig{LambdaN: lambda})
+		p := newSia(t, sia.Config{LambdaN: lambda})
 		out := runSia(t, p, in)
 		got := map[int]int{}
 		for _, j := range in.Jobs {
@@ -148,13 +149,13 @@ func TestSiaRestartFactorKeepsJob(t *testing.T) {
 		}, Current: policy.Allocations{"a": {"t4-01", "t4-01"}}}
 	}
 	// Factor (1000 − 0·30)/(1030) = 0.97: 8 GPUs are worth 8·0.97 > 2.
-	out := runSia(t, newSia(t, policy.SiaConfig{}), mk(0))
+	out := runSia(t, newSia(t, sia.Config{}), mk(0))
 	if len(out["a"]) != 8 {
 		t.Fatalf("fresh job: got %v, want 8 GPUs", out["a"])
 	}
 	// Factor (1000 − 33·30)/1030 ≈ 0.0097: 8·0.0097 < 2, it stays on 2
 	// GPUs, on the same node.
-	out = runSia(t, newSia(t, policy.SiaConfig{}), mk(33))
+	out = runSia(t, newSia(t, sia.Config{}), mk(33))
 	if got := out["a"]; len(got) != 2 || got[0] != "t4-01" {
 		t.Fatalf("job with many restarts: got %v, want its 2 GPUs on t4-01", got)
 	}
@@ -184,7 +185,7 @@ func TestSiaRestartPenaltySource(t *testing.T) {
 		{"cifar10-1", 250, true, 8},
 	}
 	for _, c := range cases {
-		out := runSia(t, newSia(t, policy.SiaConfig{ArtifactRestartPenalties: c.artifact}), mk(c.id, c.rt))
+		out := runSia(t, newSia(t, sia.Config{ArtifactRestartPenalties: c.artifact}), mk(c.id, c.rt))
 		if len(out[c.id]) != c.want {
 			t.Errorf("%+v: got %d GPUs, want %d", c, len(out[c.id]), c.want)
 		}
@@ -201,11 +202,11 @@ func TestSiaKeepsRestoringJob(t *testing.T) {
 		{ID: "old", MaxReplicas: 4, Age: 600, Restoring: true, TypedGoodput: pt.Typed(pt.Flat(), pools...)},
 		{ID: "new", MaxReplicas: 4},
 	}, Current: policy.Allocations{"old": {"t4-00", "t4-00", "t4-00", "t4-00"}}}
-	out := runSia(t, newSia(t, policy.SiaConfig{}), in)
+	out := runSia(t, newSia(t, sia.Config{}), in)
 	if len(out["old"]) != 4 || len(out["new"]) != 0 {
 		t.Fatalf("restoring job not kept: %v", out)
 	}
-	out = runSia(t, newSia(t, policy.SiaConfig{IgnoreRestoring: true}), in)
+	out = runSia(t, newSia(t, sia.Config{IgnoreRestoring: true}), in)
 	if len(out["new"]) != 1 {
 		t.Fatalf("with IgnoreRestoring the newcomer should get a GPU: %v", out)
 	}
@@ -226,7 +227,7 @@ func TestSiaNormalisesPerJob(t *testing.T) {
 			"t4": pt.Linear(), "a100": pt.Scaled{Model: pt.Linear(), Factor: 5}}},
 		{ID: "same", MaxReplicas: 4, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 	}}
-	out := runSia(t, newSia(t, policy.SiaConfig{}), in)
+	out := runSia(t, newSia(t, sia.Config{}), in)
 	if typeOf(in, out["fast"]) != "a100" || typeOf(in, out["same"]) != "t4" {
 		t.Fatalf("got fast on %q, same on %q; want a100 and t4", typeOf(in, out["fast"]), typeOf(in, out["same"]))
 	}
@@ -239,7 +240,7 @@ func TestSiaObjectiveMatchesArtifact(t *testing.T) {
 	in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
 		{ID: "a", MaxReplicas: 4, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 	}}
-	p := newSia(t, policy.SiaConfig{})
+	p := newSia(t, sia.Config{})
 	runSia(t, p, in)
 	// Alone, a takes 4 GPUs: A = round(4^−0.5, 2) = 0.5.
 	if got := p.LastStats().Objective; math.Abs(got-0.5) > 1e-9 {
@@ -259,7 +260,7 @@ func TestSiaObjectiveMatchesArtifact(t *testing.T) {
 // TestSiaKeepsNodes: a job keeping its configuration keeps its nodes.
 func TestSiaKeepsNodes(t *testing.T) {
 	in := pt.TypedClusterInput(3, pt.SiaCluster(1), 40)
-	p := newSia(t, policy.SiaConfig{})
+	p := newSia(t, sia.Config{})
 	out := runSia(t, p, in)
 	in.Current = out
 	out2 := runSia(t, p, in)
@@ -288,7 +289,7 @@ func TestSiaValidOnRandomInputs(t *testing.T) {
 			}
 			in.Jobs[i].Restoring = rng.IntN(4) == 0
 		}
-		out, err := newSia(t, policy.SiaConfig{}).Optimize(context.Background(), in)
+		out, err := newSia(t, sia.Config{}).Optimize(context.Background(), in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +308,7 @@ func TestSiaValidOnRandomInputs(t *testing.T) {
 // GPUs the branch and bound, whose allocation is valid and within 1% of
 // the linear relaxation's bound.
 func TestSiaLargeClusterSolver(t *testing.T) {
-	p := newSia(t, policy.SiaConfig{})
+	p := newSia(t, sia.Config{})
 	runSia(t, p, pt.TypedClusterInput(1, pt.SiaCluster(1), 60))
 	if st := p.LastStats(); st.Solver != "dp" || st.Gap != 0 {
 		t.Fatalf("64 GPUs: stats %+v, want the exact dynamic programme", st)
@@ -320,7 +321,7 @@ func TestSiaLargeClusterSolver(t *testing.T) {
 
 // TestSiaConfigValidation: bad settings are refused, naming each.
 func TestSiaConfigValidation(t *testing.T) {
-	_, err := policy.NewSia(policy.SiaConfig{FairnessP: -500, LambdaN: -1, RestartPenalty: -3, Workers: -1, MaxNodesByType: "t4=0"})
+	_, err := sia.New(sia.Config{FairnessP: -500, LambdaN: -1, RestartPenalty: -3, Workers: -1, MaxNodesByType: "t4=0"})
 	if err == nil {
 		t.Fatal("invalid settings accepted")
 	}
@@ -329,7 +330,7 @@ func TestSiaConfigValidation(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if _, err := policy.NewSia(policy.SiaConfig{FairnessP: 1}); err != nil {
+	if _, err := sia.New(sia.Config{FairnessP: 1}); err != nil {
 		t.Errorf("p = 1 with the default lambda_n: %v", err)
 	}
 }
@@ -341,7 +342,7 @@ func TestSiaPreferCurrent(t *testing.T) {
 	for _, node := range []string{"t4-00", "t4-01", "a100-00"} {
 		in := policy.Input{Nodes: pt.TypedNodes(smallPools...), Jobs: []policy.Job{{ID: "a", MaxReplicas: 8}},
 			Current: policy.Allocations{"a": {node}}}
-		out := runSia(t, newSia(t, policy.SiaConfig{PreferCurrent: true}), in)
+		out := runSia(t, newSia(t, sia.Config{PreferCurrent: true}), in)
 		if !policy.Equal(out["a"], []string{node}) {
 			t.Errorf("on %s: got %v, want it kept", node, out["a"])
 		}

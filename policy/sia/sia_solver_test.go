@@ -1,4 +1,4 @@
-package policy
+package sia
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package policy
+package pollux
 
 import (
 	"context"
@@ -39,10 +39,6 @@ type gaOps interface {
 	ensure(slots int)
 	// loadSeed copies the i-th seed state into slot s.
 	loadSeed(s int32, i int)
-	// crossover writes into c0 and c1 the children of a and b cut before
-	// row cut: c0 takes rows [0, cut) from b and the rest from a, c1 the
-	// other way round (cut = 0 copies the parents).
-	crossover(c0, c1, a, b int32, cut int)
 	// repairEval repairs slot s in place into a feasible state and returns
 	// its two objectives, both minimised, and a hash of the repaired state
 	// (equal states must hash equal; it only speeds up the search for
@@ -53,7 +49,9 @@ type gaOps interface {
 	// breed makes the children of len(cuts) parent pairs into slots,
 	// which holds 2·len(cuts) slots: pair i (parents[2i], parents[2i+1])
 	// is crossed over at cuts[i] into slots[i] and slots[len(cuts)+i]
-	// (as crossover does), then every child slots[c] is mutated, repaired
+	// (slots[i] takes rows [0, cuts[i]) from the second parent and the
+	// rest from the first, slots[len(cuts)+i] the other way round), then
+	// every child slots[c] is mutated, repaired
 	// and evaluated drawing from a random stream seeded by seeds[c], and
 	// its objectives and hash are stored in f0, f1 and hash (indexed by
 	// slot). It may use several goroutines; the result must not depend on

@@ -1,4 +1,4 @@
-package policy_test
+package pollux_test
 
 import (
 	"context"
@@ -7,15 +7,16 @@ import (
 
 	"github.com/pollux-nomad/pollux/policy"
 	pt "github.com/pollux-nomad/pollux/policy/policytest"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 )
 
 // TestPolluxTypedOneTypePerJob: on the Sia cluster with random jobs, every
 // allocation of the type-aware Pollux stays on one GPU type and passes the
 // generic checks, with and without the Sia-style knobs.
 func TestPolluxTypedOneTypePerJob(t *testing.T) {
-	for _, cfg := range []policy.PolluxConfig{{Seed: 3}, {Seed: 3, WholeNodes: true, GrowthLimit: 2}} {
+	for _, cfg := range []pollux.Config{{Seed: 3}, {Seed: 3, WholeNodes: true, GrowthLimit: 2}} {
 		in := pt.TypedClusterInput(7, pt.SiaCluster(1), 40)
-		p, err := policy.NewPollux(cfg)
+		p, err := pollux.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestPolluxTypedPrefersFastType(t *testing.T) {
 	in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
 		{ID: "a", MaxReplicas: 8, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 	}}
-	out := optimizeOnce(t, policy.PolluxConfig{Seed: 1}, in)
+	out := optimizeOnce(t, pollux.Config{Seed: 1}, in)
 	if a := out["a"]; len(a) != 8 || a[0][:4] != "a100" {
 		t.Fatalf("allocation %v, want 8 GPUs of a100", a)
 	}
@@ -89,7 +90,7 @@ func TestPolluxTypedProbeSpeed(t *testing.T) {
 			{ID: "modelled", MaxReplicas: 1, Age: 600, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
 			{ID: "new", MaxReplicas: 3, Age: 10, ProbeSpeed: tc.probe},
 		}}
-		out := optimizeOnce(t, policy.PolluxConfig{Seed: 1}, in)
+		out := optimizeOnce(t, pollux.Config{Seed: 1}, in)
 		if a := out["new"]; len(a) != 3 || a[0][:len(tc.want)] != tc.want {
 			t.Errorf("%s: new job got %v, want 3 GPUs of %s", tc.name, a, tc.want)
 		}
@@ -97,16 +98,16 @@ func TestPolluxTypedProbeSpeed(t *testing.T) {
 }
 
 // TestPolluxTypedDefaults: left zero, FairnessP and RestartHysteresis take
-// the typed defaults (PolluxTypedFairnessP, PolluxTypedRestartHysteresis)
+// the typed defaults (TypedFairnessP, TypedRestartHysteresis)
 // on a cluster of several GPU types and the one-type defaults elsewhere;
 // an operator's explicit values hold on both.
 func TestPolluxTypedDefaults(t *testing.T) {
-	decide := func(cfg policy.PolluxConfig, in policy.Input) string { return decideOnce(t, cfg, in) }
+	decide := func(cfg pollux.Config, in policy.Input) string { return decideOnce(t, cfg, in) }
 	typed := pt.TypedClusterInput(5, pt.SiaCluster(1), 40)
 	one := pt.ClusterInput(5, 16, 4, 40)
-	zero := policy.PolluxConfig{Seed: 2}
-	typedDefaults := policy.PolluxConfig{Seed: 2, FairnessP: policy.PolluxTypedFairnessP, RestartHysteresis: policy.PolluxTypedRestartHysteresis}
-	oneDefaults := policy.PolluxConfig{Seed: 2, FairnessP: policy.PolluxDefaultFairnessP, RestartHysteresis: policy.PolluxDefaultRestartHysteresis}
+	zero := pollux.Config{Seed: 2}
+	typedDefaults := pollux.Config{Seed: 2, FairnessP: pollux.TypedFairnessP, RestartHysteresis: pollux.TypedRestartHysteresis}
+	oneDefaults := pollux.Config{Seed: 2, FairnessP: pollux.DefaultFairnessP, RestartHysteresis: pollux.DefaultRestartHysteresis}
 	if a, b := decide(zero, typed), decide(typedDefaults, typed); a != b {
 		t.Errorf("typed cluster, zero config:\n%s\nwant the typed defaults':\n%s", a, b)
 	}
@@ -135,7 +136,7 @@ func TestPolluxTypedAgeWeights(t *testing.T) {
 		{ID: "old", MaxReplicas: 4, Age: 20000, AttainedService: 4e4, TypedGoodput: models(5)},
 		{ID: "young", MaxReplicas: 4, Age: 60, TypedGoodput: models(4)},
 	}}
-	onA100 := func(cfg policy.PolluxConfig) string {
+	onA100 := func(cfg pollux.Config) string {
 		t.Helper()
 		out := optimizeOnce(t, cfg, in)
 		for id, a := range out {
@@ -146,34 +147,34 @@ func TestPolluxTypedAgeWeights(t *testing.T) {
 		t.Fatalf("%+v: no job holds the a100 node: %v", cfg, out)
 		return ""
 	}
-	if got := onA100(policy.PolluxConfig{Seed: 1, AgeWeightScale: -1}); got != "old" {
+	if got := onA100(pollux.Config{Seed: 1, AgeWeightScale: -1}); got != "old" {
 		t.Errorf("without age weights the a100s go to %q, want old", got)
 	}
-	if got := onA100(policy.PolluxConfig{Seed: 1}); got != "young" {
+	if got := onA100(pollux.Config{Seed: 1}); got != "young" {
 		t.Errorf("with the typed age weights the a100s go to %q, want young", got)
 	}
 	one := pt.ClusterInput(5, 16, 4, 40)
-	decide := func(cfg policy.PolluxConfig) string { return decideOnce(t, cfg, one) }
-	if a, b := decide(policy.PolluxConfig{Seed: 2}), decide(policy.PolluxConfig{Seed: 2, AgeWeightScale: -1}); a != b {
+	decide := func(cfg pollux.Config) string { return decideOnce(t, cfg, one) }
+	if a, b := decide(pollux.Config{Seed: 2}), decide(pollux.Config{Seed: 2, AgeWeightScale: -1}); a != b {
 		t.Errorf("one-type cluster: the zero config weighs jobs by age:\n%s\nwant unweighted:\n%s", a, b)
 	}
-	if a, b := decide(policy.PolluxConfig{Seed: 2}), decide(policy.PolluxConfig{Seed: 2, AgeWeightScale: 600}); a == b {
+	if a, b := decide(pollux.Config{Seed: 2}), decide(pollux.Config{Seed: 2, AgeWeightScale: 600}); a == b {
 		t.Errorf("one-type cluster: explicit age weights decide the same (%s): the test cannot tell them apart", a)
 	}
 }
 
 // decideOnce returns, as text, the allocation a fresh Pollux policy with
 // cfg decides for in.
-func decideOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string {
+func decideOnce(t *testing.T, cfg pollux.Config, in policy.Input) string {
 	t.Helper()
 	return fmt.Sprint(optimizeOnce(t, cfg, in))
 }
 
 // optimizeOnce returns the allocation a fresh Pollux policy with cfg
 // decides for in.
-func optimizeOnce(t *testing.T, cfg policy.PolluxConfig, in policy.Input) policy.Allocations {
+func optimizeOnce(t *testing.T, cfg pollux.Config, in policy.Input) policy.Allocations {
 	t.Helper()
-	p, err := policy.NewPollux(cfg)
+	p, err := pollux.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestPolluxFirstHold(t *testing.T) {
 		for i := range 8 {
 			jobs = append(jobs, policy.Job{ID: fmt.Sprintf("new-%d", i), Age: 30, MaxReplicas: 4})
 		}
-		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1, FirstHold: c.hold})
+		p, err := pollux.New(pollux.Config{Seed: 1, FirstHold: c.hold})
 		if err != nil {
 			t.Fatal(err)
 		}

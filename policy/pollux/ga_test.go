@@ -1,4 +1,4 @@
-package policy
+package pollux
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pollux-nomad/pollux/policy/internal/core"
 )
 
 // Internal tests of the genetic algorithm and of the Pollux operators.
@@ -28,14 +30,14 @@ func (m gaTestModel) Goodput(nodes, replicas int) float64 {
 
 // gaTestInput draws a random input with assorted nodes, jobs and a current
 // allocation that may be anything (over capacity, over bounds).
-func gaTestInput(rng *rand.Rand) Input {
-	in := Input{Now: 1e4, Current: Allocations{}}
+func gaTestInput(rng *rand.Rand) core.Input {
+	in := core.Input{Now: 1e4, Current: core.Allocations{}}
 	for i := range 1 + rng.IntN(12) {
-		in.Nodes = append(in.Nodes, Node{ID: fmt.Sprintf("n%02d", i), GPUs: rng.IntN(9)})
+		in.Nodes = append(in.Nodes, core.Node{ID: fmt.Sprintf("n%02d", i), GPUs: rng.IntN(9)})
 	}
 	for i := range 1 + rng.IntN(20) {
 		lo := rng.IntN(4)
-		j := Job{
+		j := core.Job{
 			ID:              fmt.Sprintf("j%02d", i),
 			Submitted:       float64(rng.IntN(100)),
 			AttainedService: float64(rng.IntN(4)),
@@ -60,7 +62,7 @@ func gaTestInput(rng *rand.Rand) Input {
 }
 
 // gaTestProblem sets up a problem for in (which must have GPUs).
-func gaTestProblem(t *testing.T, in Input, cfg PolluxConfig) *polluxProblem {
+func gaTestProblem(t *testing.T, in core.Input, cfg Config) *polluxProblem {
 	t.Helper()
 	total := 0
 	for _, n := range in.Nodes {
@@ -70,7 +72,7 @@ func gaTestProblem(t *testing.T, in Input, cfg PolluxConfig) *polluxProblem {
 		t.Fatal("test input has no GPUs")
 	}
 	pr := &polluxProblem{}
-	pr.setup(in, polluxJobOrder(in.Jobs), total, cfg.withDefaults())
+	pr.setup(in, polluxJobOrder(in.Jobs), total, cfg.Resolve(core.RegimeOf(in.Nodes)))
 	return pr
 }
 
@@ -429,7 +431,7 @@ func TestPolluxOperatorsKeepInvariants(t *testing.T) {
 		if total == 0 {
 			continue
 		}
-		cfg := PolluxConfig{DisableInterferenceAvoidance: trial%3 == 0, MaxNodesPerJob: rng.IntN(4)}
+		cfg := Config{DisableInterferenceAvoidance: trial%3 == 0, MaxNodesPerJob: rng.IntN(4)}
 		pr := gaTestProblem(t, in, cfg)
 		size := pr.rows * pr.cols
 		a, b := make([]uint8, size), make([]uint8, size)
@@ -512,7 +514,7 @@ func TestPolluxRepairMatchesArtifactCumsum(t *testing.T) {
 		if total == 0 {
 			continue
 		}
-		pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: trial%2 == 0, ArtifactInterferenceQuirk: true, MaxNodesPerJob: 1000})
+		pr := gaTestProblem(t, in, Config{DisableInterferenceAvoidance: trial%2 == 0, ArtifactInterferenceQuirk: true, MaxNodesPerJob: 1000})
 		x := make([]uint8, pr.rows*pr.cols)
 		for j := range pr.rows {
 			for n := range pr.cols {
@@ -535,9 +537,9 @@ func TestPolluxRepairInterferenceQuirk(t *testing.T) {
 	// jobs, then a single-node job on node 0. The artifact zeroes the
 	// second distributed job on both nodes, and (its quirk) also the
 	// single-node job ordered after it on node 0.
-	in := Input{
-		Nodes: []Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}},
-		Jobs: []Job{
+	in := core.Input{
+		Nodes: []core.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}},
+		Jobs: []core.Job{
 			{ID: "d1", AttainedService: 1, MaxReplicas: 8},
 			{ID: "d2", AttainedService: 2, MaxReplicas: 8},
 			{ID: "s", AttainedService: 3, MaxReplicas: 8},
@@ -553,7 +555,7 @@ func TestPolluxRepairInterferenceQuirk(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			pr := gaTestProblem(t, in, PolluxConfig{DisableInterferenceAvoidance: !tc.avoid, ArtifactInterferenceQuirk: tc.quirk})
+			pr := gaTestProblem(t, in, Config{DisableInterferenceAvoidance: !tc.avoid, ArtifactInterferenceQuirk: tc.quirk})
 			x := make([]uint8, pr.rows*pr.cols)
 			x[0*pr.cols+0], x[0*pr.cols+1] = 1, 1
 			x[1*pr.cols+0], x[1*pr.cols+1] = 1, 1
@@ -574,11 +576,11 @@ func TestPolluxTrimKeepsCapsInRandomOrder(t *testing.T) {
 	// One job capped at 3 GPUs on 2 nodes over 4 nodes holding 2 each:
 	// whatever the order, 3 GPUs on at most 2 nodes remain, and every node
 	// is trimmed some of the time.
-	in := Input{
-		Nodes: []Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}, {ID: "c", GPUs: 4}, {ID: "d", GPUs: 4}},
-		Jobs:  []Job{{ID: "j", MaxReplicas: 3}},
+	in := core.Input{
+		Nodes: []core.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}, {ID: "c", GPUs: 4}, {ID: "d", GPUs: 4}},
+		Jobs:  []core.Job{{ID: "j", MaxReplicas: 3}},
 	}
-	pr := gaTestProblem(t, in, PolluxConfig{MaxNodesPerJob: 2})
+	pr := gaTestProblem(t, in, Config{MaxNodesPerJob: 2})
 	rng := rand.New(rand.NewPCG(2, 2))
 	kept := make([]int, 4)
 	for range 2000 {
@@ -612,12 +614,12 @@ func TestPolluxMutationProbabilities(t *testing.T) {
 	// are neutralised by a current allocation equal to the state, and
 	// zeroing only lowers; a change upwards is a step (3) hit whose draw
 	// was not the current value.
-	in := Input{
-		Nodes:   []Node{{ID: "a", GPUs: 8}},
-		Jobs:    []Job{{ID: "j0", MaxReplicas: 8}, {ID: "j1", MaxReplicas: 8, AttainedService: 1}, {ID: "j2", MaxReplicas: 8, AttainedService: 2}, {ID: "j3", MaxReplicas: 8, AttainedService: 3}},
-		Current: Allocations{"j0": {"a", "a"}},
+	in := core.Input{
+		Nodes:   []core.Node{{ID: "a", GPUs: 8}},
+		Jobs:    []core.Job{{ID: "j0", MaxReplicas: 8}, {ID: "j1", MaxReplicas: 8, AttainedService: 1}, {ID: "j2", MaxReplicas: 8, AttainedService: 2}, {ID: "j3", MaxReplicas: 8, AttainedService: 3}},
+		Current: core.Allocations{"j0": {"a", "a"}},
 	}
-	pr := gaTestProblem(t, in, PolluxConfig{})
+	pr := gaTestProblem(t, in, Config{})
 	rng := rand.New(rand.NewPCG(3, 3))
 	const trials = 40000
 	up := make([]int, 4)
@@ -648,8 +650,8 @@ func TestPolluxMutationProbabilities(t *testing.T) {
 
 func TestGaRunStopsOnCancelledContext(t *testing.T) {
 	in := gaTestInput(rand.New(rand.NewPCG(4, 4)))
-	in.Nodes = append(in.Nodes, Node{ID: "big", GPUs: 8})
-	pr := gaTestProblem(t, in, PolluxConfig{})
+	in.Nodes = append(in.Nodes, core.Node{ID: "big", GPUs: 8})
+	pr := gaTestProblem(t, in, Config{})
 	e := &gaEngine{}
 	pr.seeds = []spState{{}}
 	pr.seeds[0].copyFrom(&pr.base)

@@ -1,4 +1,4 @@
-package policy_test
+package pollux_test
 
 import (
 	"crypto/sha256"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/policytest"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 )
 
 // polluxDigest runs three warm rounds of p on in (each round's decision
@@ -20,7 +21,7 @@ import (
 // decision and of the statistics that follow the search step by step:
 // the exact bits of the chosen solution's objectives, the number of
 // evaluations and the size of the final front.
-func polluxDigest(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string {
+func polluxDigest(t *testing.T, cfg pollux.Config, in policy.Input) string {
 	t.Helper()
 	p := newPollux(t, cfg)
 	h := sha256.New()
@@ -58,27 +59,27 @@ func polluxDigest(t *testing.T, cfg policy.PolluxConfig, in policy.Input) string
 // "typed Sia cluster" when the typed age scale went from 1 h to 8 h.
 func TestPolluxGoldenDecisions(t *testing.T) {
 	tests := map[string]struct {
-		cfg  policy.PolluxConfig
+		cfg  pollux.Config
 		in   policy.Input
 		want string
 	}{
-		"64 GPUs, 30 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
-		"64 GPUs, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 60 jobs, 2 workers": {cfg: policy.PolluxConfig{Seed: 1, Workers: 2, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3},
+		"64 GPUs, 30 jobs": {cfg: pollux.Config{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
+		"64 GPUs, 60 jobs": {cfg: pollux.Config{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
+		"64 GPUs, 60 jobs, 2 workers": {cfg: pollux.Config{Seed: 1, Workers: 2, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3},
 			in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 45 jobs, default stall rule": {cfg: policy.PolluxConfig{Seed: 1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
-		"64 GPUs, 45 jobs, defaults":           {cfg: policy.PolluxConfig{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4649843ad03c7db0"},
-		"256 GPUs, 180 jobs, short search": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20, RestartHysteresis: 0.3, ServiceWeight: -1},
+		"64 GPUs, 45 jobs, default stall rule": {cfg: pollux.Config{Seed: 1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
+		"64 GPUs, 45 jobs, defaults":           {cfg: pollux.Config{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4649843ad03c7db0"},
+		"256 GPUs, 180 jobs, short search": {cfg: pollux.Config{Seed: 7, Population: 40, Generations: 20, RestartHysteresis: 0.3, ServiceWeight: -1},
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
-		"256 GPUs, 180 jobs, short search, defaults (those of large clusters)": {cfg: policy.PolluxConfig{Seed: 7, Population: 40, Generations: 20},
+		"256 GPUs, 180 jobs, short search, defaults (those of large clusters)": {cfg: pollux.Config{Seed: 7, Population: 40, Generations: 20},
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
-		"messy input, p = +1, quirk": {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
+		"messy input, p = +1, quirk": {cfg: pollux.Config{Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "8fa22bf70b8044e9"},
-		"typed Sia cluster, 60 jobs, linear stand-in": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40, StandInKnee: -1},
+		"typed Sia cluster, 60 jobs, linear stand-in": {cfg: pollux.Config{Seed: 1, Population: 50, Generations: 40, StandInKnee: -1},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "dbaa68495c056037"},
-		"typed Sia cluster, 60 jobs": {cfg: policy.PolluxConfig{Seed: 1, Population: 50, Generations: 40},
+		"typed Sia cluster, 60 jobs": {cfg: pollux.Config{Seed: 1, Population: 50, Generations: 40},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "63c4f2c13cf48a28"},
-		"whole nodes, growth limit": {cfg: policy.PolluxConfig{Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
+		"whole nodes, growth limit": {cfg: pollux.Config{Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
 			in: policytest.ClusterInput(3, 16, 4, 40), want: "d16fb4a124bb55d6"},
 	}
 	if runtime.GOARCH != "amd64" {

@@ -1,4 +1,4 @@
-package policy
+package pollux
 
 import (
 	"cmp"
@@ -9,23 +9,25 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+
+	"github.com/pollux-nomad/pollux/policy/internal/core"
 )
 
-// Defaults of PolluxConfig, the Pollux artifact's settings (simulator/
+// Defaults of Config, the Pollux artifact's settings (simulator/
 // pollux.py; Pollux, OSDI '21, §4.2 and §5).
 const (
-	// PolluxDefaultPopulation is NSGA2(pop_size=100).
-	PolluxDefaultPopulation = 100
-	// PolluxDefaultGenerations is minimize(..., ("n_gen", 100)).
-	PolluxDefaultGenerations = 100
-	// PolluxDefaultFairnessP is the power-mean exponent p = −1.
-	PolluxDefaultFairnessP = -1.0
-	// PolluxDefaultRestartPenalty is the restart delay δ = 30 s.
-	PolluxDefaultRestartPenalty = 30.0
-	// PolluxDefaultRestartHysteresis is the default RestartHysteresis
-	// (shrinks and moves), PolluxDefaultGrowthHysteresis the default
-	// GrowthHysteresis on one GPU type with at most PolluxSmallClusterGPUs
-	// GPUs, and PolluxDefaultServiceWeight the default ServiceWeight on
+	// DefaultPopulation is NSGA2(pop_size=100).
+	DefaultPopulation = 100
+	// DefaultGenerations is minimize(..., ("n_gen", 100)).
+	DefaultGenerations = 100
+	// DefaultFairnessP is the power-mean exponent p = −1.
+	DefaultFairnessP = -1.0
+	// DefaultRestartPenalty is the restart delay δ = 30 s.
+	DefaultRestartPenalty = 30.0
+	// DefaultRestartHysteresis is the default RestartHysteresis
+	// (shrinks and moves), DefaultGrowthHysteresis the default
+	// GrowthHysteresis on one GPU type with at most SmallClusterGPUs
+	// GPUs, and DefaultServiceWeight the default ServiceWeight on
 	// one GPU type. Measured on the eight artifact workloads (64 GPUs):
 	// with the Pollux artifact's flat 30 s restarts, mean average JCT
 	// 2658 -> 2599 s at seed 1 (seeds 1-5 2601 s) with 1.86 -> 2.05
@@ -34,16 +36,16 @@ const (
 	// bar of 0.35 cut the restarts further under the flat delays (2610 s,
 	// 1.96) but cost 6.6% of JCT under Sia's, where a job grows at most
 	// 2x per step (README, "Toward 0.95x").
-	PolluxDefaultRestartHysteresis = 0.45
-	PolluxDefaultGrowthHysteresis  = 0.3
-	PolluxDefaultServiceWeight     = 14400.0
-	// PolluxLargeRestartHysteresis is the default RestartHysteresis on one
-	// GPU type with more than PolluxSmallClusterGPUs GPUs, where the
+	DefaultRestartHysteresis = 0.45
+	DefaultGrowthHysteresis  = 0.3
+	DefaultServiceWeight     = 14400.0
+	// LargeRestartHysteresis is the default RestartHysteresis on one
+	// GPU type with more than SmallClusterGPUs GPUs, where the
 	// service weight is off by default: at 1024 GPUs (640 jobs, seed 7)
 	// 0.45 with the service weight gave an average JCT of 1611 s against
 	// 1540 s with 0.3 and no service weight.
-	PolluxLargeRestartHysteresis = 0.3
-	// PolluxTypedFairnessP and PolluxTypedRestartHysteresis replace the
+	LargeRestartHysteresis = 0.3
+	// TypedFairnessP and TypedRestartHysteresis replace the
 	// defaults of FairnessP and RestartHysteresis, when those are left
 	// zero, on a cluster of several GPU types. Measured under -rules sia on
 	// the Sia artifact's 3-type cluster: sia-philly-1..8 mean average JCT
@@ -51,9 +53,9 @@ const (
 	// 2348 s, h = 0.5 alone 2365 s, p = 1 2418 s); checked on
 	// sia-helios-1..10, not used to choose them: 2690 -> 2661 s, 3.47 ->
 	// 2.99 restarts per job.
-	PolluxTypedFairnessP         = 0.5
-	PolluxTypedRestartHysteresis = 0.5
-	// PolluxTypedAgeScale (seconds) and PolluxTypedAgePower are the
+	TypedFairnessP         = 0.5
+	TypedRestartHysteresis = 0.5
+	// TypedAgeScale (seconds) and TypedAgePower are the
 	// defaults of AgeWeightScale and AgeWeightPower on a cluster of
 	// several GPU types: a job of age T weighs 28800/(28800 + T) in the
 	// fitness. First chosen as 3600 s on sia-philly-1..8 (-rules sia,
@@ -64,39 +66,39 @@ const (
 	// sia's); 28800 s (8 h) gives 1.014x there with sia-philly-1..8 at
 	// 2219 s against 2206 s and fewer restarts (2.32 against 2.57 per
 	// job; 14400 s: 2212 s and 1.035x). README, "Age weights".
-	PolluxTypedAgeScale = 28800.0
-	PolluxTypedAgePower = 1.0
-	// PolluxTypedStandInKnee and PolluxStandInKneeSlope are the default
+	TypedAgeScale = 28800.0
+	TypedAgePower = 1.0
+	// TypedStandInKnee and StandInKneeSlope are the default
 	// StandInKnee and the slope past it. Measured under -rules sia on the
 	// 3-type cluster with a first allocation of up to 16 GPUs (against a
 	// linear stand-in and up to 4): sia-philly-1..8 at GA seeds 1, 2, 3
 	// 2163, 2189, 2176 -> 2147, 2165, 2160 s (each seed lower) with 2.07
 	// -> 1.95 restarts per job; sia-helios-1..10 2515 -> 2485 s;
 	// slope 0.3 2153 s, 0.7 2164 s (seed 1). README, "Knee".
-	PolluxTypedStandInKnee = 4
-	PolluxStandInKneeSlope = 0.5
-	// PolluxTypedFirstHold is the default FirstHold on a cluster of
+	TypedStandInKnee = 4
+	StandInKneeSlope = 0.5
+	// TypedFirstHold is the default FirstHold on a cluster of
 	// several GPU types. Measured under -rules sia on the 3-type cluster
 	// (against none): sia-philly-1..8 at GA seeds 1, 2, 3 2147, 2165, 2160
 	// -> 2122, 2125, 2141 s; holds of 1, 3 and 5 restart times 2147,
 	// 2171, 2189 s (seed 1). README, "First hold".
-	PolluxTypedFirstHold = 2.0
-	// PolluxDefaultStallGenerations and PolluxSmallClusterGPUs are the
+	TypedFirstHold = 2.0
+	// DefaultStallGenerations and SmallClusterGPUs are the
 	// size-aware default of StallGenerations. Measured on the artifact's
 	// 64-GPU cluster: a warm round 24-30 ms -> 13 ms; the eight artifact
 	// workloads' mean average JCT over seeds 1-5 2663 -> 2665 s (+0.08%),
 	// each of five held-out generated workloads 0.0-2.0% faster; on 1024
 	// GPUs (640 jobs) 1621 -> 1677 s, hence the bound (README, Quality).
-	PolluxDefaultStallGenerations = 20
-	// PolluxSmallClusterGPUs bounds the clusters (of one GPU type) where
+	DefaultStallGenerations = 20
+	// SmallClusterGPUs bounds the clusters (of one GPU type) where
 	// the stall rule is on by default and growth pays the restart
 	// hysteresis; on larger ones every generation runs and growth is
 	// exempt (GrowthHysteresis): at 1024 GPUs (640 jobs, seed 7) the average
 	// JCT is 1621 s with the hysteresis on growth and 1540 s without
 	// (before the hysteresis: 1554 s).
-	PolluxSmallClusterGPUs = 64
-	// PolluxDefaultMaxNodesPerJob is the artifact's max_nodes = 16.
-	PolluxDefaultMaxNodesPerJob = 16
+	SmallClusterGPUs = 64
+	// DefaultMaxNodesPerJob is the artifact's max_nodes = 16.
+	DefaultMaxNodesPerJob = 16
 	// polluxMaxNodeGPUs bounds a node's GPUs: a state entry stores 8 bits.
 	polluxMaxNodeGPUs = 255
 	// polluxTieTolerance is the relative difference of fitness below
@@ -111,14 +113,14 @@ const (
 	polluxParallelMinJobs = 16
 )
 
-// PolluxConfig configures the Pollux policy. The zero value gives the
+// Config configures the Pollux policy. The zero value gives the
 // artifact's settings except where measured better: restart hysteresis
 // (0.45 on shrinks and moves, 0.3 on growth, on one GPU type with at
-// most PolluxSmallClusterGPUs GPUs), a service weight (one GPU type, at
-// most PolluxSmallClusterGPUs GPUs), size-aware stall rule, starts exempt
+// most SmallClusterGPUs GPUs), a service weight (one GPU type, at
+// most SmallClusterGPUs GPUs), size-aware stall rule, starts exempt
 // from the restart factor, interference avoidance without the artifact's
 // quirk, and the typed defaults on a cluster of several GPU types.
-type PolluxConfig struct {
+type Config struct {
 	// Population is the number of solutions NSGA-II keeps, and of
 	// offspring it makes per generation. 0 means 100.
 	Population int
@@ -129,8 +131,8 @@ type PolluxConfig struct {
 	// StallGenerations, if > 0, ends a round's search early once the
 	// first Pareto front has not changed for that many generations in a
 	// row; a negative value always runs Generations. 0 means the
-	// size-aware default: PolluxDefaultStallGenerations (20) on a cluster
-	// of one GPU type with at most PolluxSmallClusterGPUs (64) GPUs, where it
+	// size-aware default: DefaultStallGenerations (20) on a cluster
+	// of one GPU type with at most SmallClusterGPUs (64) GPUs, where it
 	// halves the round's time with the same decisions' quality, and every
 	// generation elsewhere (at 1024 GPUs a 20-generation pause is not
 	// convergence: average JCT +3.5%; several GPU types not measured).
@@ -142,13 +144,15 @@ type PolluxConfig struct {
 	// FairnessP is the power-mean exponent p of FITNESS_p (Pollux, OSDI
 	// '21, §4.2): more negative is fairer, 1 maximises the sum of
 	// speedups. 0 means the default −1 (the artifact's value; 0.5,
-	// PolluxTypedFairnessP, on a cluster of several GPU types), so the
+	// TypedFairnessP, on a cluster of several GPU types), so the
 	// geometric mean (p = 0 in the paper) cannot be chosen. |p| must be
 	// at most 100.
 	FairnessP float64
 	// RestartPenalty is the restart delay δ in seconds used in the restart
-	// penalty factor max(T − R·δ, 0)/(T + δ). 0 means 30 (the artifact's
-	// value); a tiny positive value all but disables the penalty.
+	// penalty factor max(T − R·δ, 0)/(T + δ), for jobs without their own
+	// measured restart time (Job.RestartTime). 0 means 30 (the artifact's
+	// value); a negative value turns it off (δ = 0: only measured restart
+	// times are penalised).
 	RestartPenalty float64
 	// RestartHysteresis h < 1 makes a reallocation of a running job pay
 	// off only when it gains more than its share: a job holding GPUs
@@ -156,18 +160,18 @@ type PolluxConfig struct {
 	// by (1 − h) on top of the restart factor, so that small gains (noise
 	// of the search, sideways moves, a GPU more or less) do not restart
 	// it; growth pays GrowthHysteresis instead. 0 means the default
-	// PolluxDefaultRestartHysteresis (0.45; PolluxLargeRestartHysteresis,
-	// 0.3, on one GPU type with more than PolluxSmallClusterGPUs GPUs;
+	// DefaultRestartHysteresis (0.45; LargeRestartHysteresis,
+	// 0.3, on one GPU type with more than SmallClusterGPUs GPUs;
 	// before growth had its own bar, one value of 0.3 for every
 	// change took restarts per job from 3.45 to 1.86 with a lower average
 	// JCT; see the README's Quality section); a negative value disables
 	// it, as the artifact. On a cluster of several GPU types 0 means
-	// PolluxTypedRestartHysteresis (0.5).
+	// TypedRestartHysteresis (0.5).
 	RestartHysteresis float64
 	// GrowthHysteresis is the hysteresis of a job that would get more
 	// GPUs than it holds (it pays the restart factor in any case). 0
-	// means PolluxDefaultGrowthHysteresis (0.3) on one GPU type with at
-	// most PolluxSmallClusterGPUs GPUs and none elsewhere: on several
+	// means DefaultGrowthHysteresis (0.3) on one GPU type with at
+	// most SmallClusterGPUs GPUs and none elsewhere: on several
 	// types growth onto freed fast GPUs is where the JCT comes from
 	// (sia-philly-1 under -rules sia: 2401 → 1892 s without it), and so
 	// it is on large clusters (1024 GPUs: 1621 → 1540 s). A negative
@@ -182,8 +186,8 @@ type PolluxConfig struct {
 	// mean by A0/(A0 + its attained service), A0 = ServiceWeight
 	// GPU-seconds, so that jobs with little service (likely short, as in
 	// Tiresias' least-attained-service order) get GPUs first and more of
-	// them. 0 means PolluxDefaultServiceWeight (14400 GPU-seconds) on one
-	// GPU type with at most PolluxSmallClusterGPUs GPUs, off on larger
+	// them. 0 means DefaultServiceWeight (14400 GPU-seconds) on one
+	// GPU type with at most SmallClusterGPUs GPUs, off on larger
 	// ones and on several types (they weigh jobs by age, AgeWeightScale);
 	// a negative value weighs all jobs alike, as Pollux.
 	// Measured on the eight artifact workloads (seed 1, hysteresis 0.3):
@@ -242,7 +246,7 @@ type PolluxConfig struct {
 	Workers int
 	// SeedFromWholePopulation seeds the next round with the whole final
 	// population instead of its first non-dominated front. The default
-	// (false) is the artifact's: pymoo's result.X, which PolluxPolicy saves
+	// (false) is the artifact's: pymoo's result.X, which Policy saves
 	// as the next round's seed, holds only the first front.
 	SeedFromWholePopulation bool
 	// WholeNodes restricts a job that spans several nodes to whole nodes
@@ -267,18 +271,18 @@ type PolluxConfig struct {
 	// GPUs to young jobs first shortens the average JCT, while old jobs
 	// keep a share (the weight falls off slowly and the power mean still
 	// rewards every job's speedup). 0 means, on a cluster of several GPU
-	// types, PolluxTypedAgeScale and PolluxTypedAgePower; on a cluster of
+	// types, TypedAgeScale and TypedAgePower; on a cluster of
 	// one type a zero or negative scale, and anywhere a negative one,
 	// gives every job weight 1 (the artifact's fitness).
 	AgeWeightScale float64
 	AgeWeightPower float64
 	// StandInKnee K is where the linear stand-in speedup of a job without
 	// a model on a cluster of several GPU types bends: past K GPUs each
-	// further GPU counts PolluxStandInKneeSlope of one, so that a new job
+	// further GPU counts StandInKneeSlope of one, so that a new job
 	// given a first allocation of more than K GPUs (the simulator's
 	// typed TypedStartReplicas, 16) takes them mostly where nobody else
 	// gains as much, and otherwise starts on K and grows once profiled.
-	// 0 means PolluxTypedStandInKnee (4); a negative value keeps the
+	// 0 means TypedStandInKnee (4); a negative value keeps the
 	// stand-in linear. One GPU type: always linear (the artifact's).
 	StandInKnee int
 	// FirstHold H keeps a job on its first allocation (NumRestarts 0,
@@ -289,71 +293,79 @@ type PolluxConfig struct {
 	// seconds of training; without the hold, a quarter of the new jobs of
 	// a busy mixed cluster were shrunk or moved right after their first
 	// restore, paying a second restart before they had trained. 0 means
-	// PolluxTypedFirstHold (2) on a cluster of several GPU types and no
+	// TypedFirstHold (2) on a cluster of several GPU types and no
 	// hold on one type; a negative value, no hold.
 	FirstHold float64
-
-	// typedP and typedH are FairnessP and RestartHysteresis on a cluster
-	// of several GPU types, typedTau and typedAlpha AgeWeightScale and
-	// AgeWeightPower there (withDefaults sets them).
-	typedP, typedH       float64
-	typedTau, typedAlpha float64
-	// typedHold is FirstHold on a cluster of several GPU types, FirstHold
-	// itself the value on one type.
-	typedHold float64
-	// typedA0 is ServiceWeight on a cluster of several GPU types; largeH
-	// and largeA0 are RestartHysteresis and ServiceWeight on one type
-	// with more than PolluxSmallClusterGPUs GPUs.
-	typedA0         float64
-	largeH, largeA0 float64
 }
 
-// withDefaults fills the zero fields with the defaults.
-func (c PolluxConfig) withDefaults() PolluxConfig {
+// off is the value a knob takes in a resolved configuration when it is off.
+const off = -1
+
+// Resolve returns the configuration Pollux runs with on a cluster of
+// regime r: every field that means "the default" when zero set to its
+// effective value, so that reading the result needs no regime, and
+// resolving it again (on any regime) changes nothing. A knob that is off
+// is negative in the result (-1), as in the input. Workers and
+// TypeMoveProbability keep 0 (their defaults depend on the round's number
+// of jobs), as do RestartHorizon and GrowthLimit (0 is no cap).
+//
+// The defaults by regime (one GPU type with at most
+// SmallClusterGPUs GPUs / one type with more / several types):
+// FairnessP -1 / -1 / 0.5; RestartHysteresis 0.45 / 0.3 / 0.5;
+// GrowthHysteresis 0.3 / off / off; ServiceWeight 14400 / off / off;
+// AgeWeightScale off / off / 28800 s; StandInKnee off (a linear stand-in)
+// / off / 4; FirstHold off / off / 2; StallGenerations 20 / off / off.
+// Everywhere: Population 100, Generations 100, RestartPenalty 30 s,
+// AgeWeightPower 1, MaxNodesPerJob 16. A negative RestartHysteresis turns
+// GrowthHysteresis off too unless that is set.
+func (c Config) Resolve(r core.Regime) Config {
+	several := r.SeveralTypes()
+	large := !several && r.GPUs > SmallClusterGPUs
+	// byRegime returns v if set (non-zero), else the default of r.
+	byRegime := func(v, small, big, typed float64) float64 {
+		switch {
+		case v != 0:
+			return v
+		case several:
+			return typed
+		case large:
+			return big
+		}
+		return small
+	}
 	if c.Population == 0 {
-		c.Population = PolluxDefaultPopulation
+		c.Population = DefaultPopulation
 	}
 	if c.Generations == 0 {
-		c.Generations = PolluxDefaultGenerations
+		c.Generations = DefaultGenerations
 	}
-	c.typedP, c.typedH = c.FairnessP, c.RestartHysteresis
-	if c.FairnessP == 0 {
-		c.FairnessP, c.typedP = PolluxDefaultFairnessP, PolluxTypedFairnessP
-	}
+	c.StallGenerations = int(byRegime(float64(c.StallGenerations), DefaultStallGenerations, off, off))
+	c.FairnessP = byRegime(c.FairnessP, DefaultFairnessP, DefaultFairnessP, TypedFairnessP)
 	if c.RestartPenalty == 0 {
-		c.RestartPenalty = PolluxDefaultRestartPenalty
+		c.RestartPenalty = DefaultRestartPenalty
 	}
 	if c.MaxNodesPerJob == 0 {
-		c.MaxNodesPerJob = PolluxDefaultMaxNodesPerJob
+		c.MaxNodesPerJob = DefaultMaxNodesPerJob
 	}
 	if c.RestartHysteresis < 0 && c.GrowthHysteresis == 0 {
 		// Hysteresis off, as the artifact: for growth too.
-		c.GrowthHysteresis = c.RestartHysteresis
+		c.GrowthHysteresis = off
 	}
-	c.largeH = c.RestartHysteresis
-	if c.RestartHysteresis == 0 {
-		c.RestartHysteresis, c.typedH, c.largeH = PolluxDefaultRestartHysteresis, PolluxTypedRestartHysteresis, PolluxLargeRestartHysteresis
+	c.RestartHysteresis = byRegime(c.RestartHysteresis, DefaultRestartHysteresis, LargeRestartHysteresis, TypedRestartHysteresis)
+	c.GrowthHysteresis = byRegime(c.GrowthHysteresis, DefaultGrowthHysteresis, off, off)
+	c.ServiceWeight = byRegime(c.ServiceWeight, DefaultServiceWeight, off, off)
+	c.AgeWeightScale = byRegime(c.AgeWeightScale, off, off, TypedAgeScale)
+	c.AgeWeightPower = byRegime(c.AgeWeightPower, 1, 1, TypedAgePower)
+	c.StandInKnee = int(byRegime(float64(c.StandInKnee), off, off, TypedStandInKnee))
+	if !several {
+		c.StandInKnee = off // one GPU type: the artifact's linear stand-in
 	}
-	c.typedA0, c.largeA0 = c.ServiceWeight, c.ServiceWeight
-	if c.ServiceWeight == 0 {
-		c.ServiceWeight = PolluxDefaultServiceWeight
-	}
-	c.typedTau, c.typedAlpha = c.AgeWeightScale, c.AgeWeightPower
-	if c.AgeWeightScale == 0 {
-		c.typedTau = PolluxTypedAgeScale
-	}
-	if c.AgeWeightPower == 0 {
-		c.AgeWeightPower, c.typedAlpha = 1, PolluxTypedAgePower
-	}
-	c.typedHold = c.FirstHold
-	if c.FirstHold == 0 {
-		c.typedHold = PolluxTypedFirstHold
-	}
+	c.FirstHold = byRegime(c.FirstHold, off, off, TypedFirstHold)
 	return c
 }
 
 // Validate reports every invalid field at once.
-func (c PolluxConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Population < 0 {
 		errs = append(errs, fmt.Errorf("population %d is negative", c.Population))
@@ -364,8 +376,8 @@ func (c PolluxConfig) Validate() error {
 	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > polluxMaxAbsP {
 		errs = append(errs, fmt.Errorf("fairness p %v is not in [-%d, %d]", c.FairnessP, polluxMaxAbsP, polluxMaxAbsP))
 	}
-	if math.IsNaN(c.RestartPenalty) || math.IsInf(c.RestartPenalty, 0) || c.RestartPenalty < 0 {
-		errs = append(errs, fmt.Errorf("restart penalty %v s is not a finite non-negative number", c.RestartPenalty))
+	if math.IsNaN(c.RestartPenalty) || math.IsInf(c.RestartPenalty, 0) {
+		errs = append(errs, fmt.Errorf("restart penalty %v s is not finite", c.RestartPenalty))
 	}
 	if c.MaxNodesPerJob < 0 {
 		errs = append(errs, fmt.Errorf("max nodes per job %d is negative", c.MaxNodesPerJob))
@@ -406,7 +418,7 @@ func (c PolluxConfig) Validate() error {
 	return nil
 }
 
-// Stats describes the last round of PolluxPolicy, for logs and metrics.
+// Stats describes the last round of Policy, for logs and metrics.
 // The caller measures the duration.
 type Stats struct {
 	// Round is the 1-based index of the Optimize call; with the seed it
@@ -435,7 +447,7 @@ type Stats struct {
 	Cancelled bool
 }
 
-// PolluxPolicy is PolluxSched, the cluster-wide scheduling policy of
+// Policy is PolluxSched, the cluster-wide scheduling policy of
 // Pollux (Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for
 // Goodput-Optimized Deep Learning", OSDI '21, §4): a genetic algorithm
 // (NSGA-II) searches the jobs × nodes allocation matrices for the one with
@@ -443,8 +455,8 @@ type Stats struct {
 // artifact's simulator/pollux.py does. It keeps the final population
 // between rounds to seed the next one, so it is not safe for concurrent
 // use.
-type PolluxPolicy struct {
-	cfg   PolluxConfig
+type Policy struct {
+	cfg   Config
 	round int
 	stats Stats
 
@@ -457,21 +469,21 @@ type PolluxPolicy struct {
 	prevCount  int
 }
 
-var _ Policy = (*PolluxPolicy)(nil)
+var _ core.Policy = (*Policy)(nil)
 
-// NewPollux returns a Pollux policy, or an error if cfg is invalid.
-func NewPollux(cfg PolluxConfig) (*PolluxPolicy, error) {
+// New returns a Pollux policy, or an error if cfg is invalid.
+func New(cfg Config) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("failed to create pollux policy: %w", err)
 	}
-	return &PolluxPolicy{cfg: cfg.withDefaults()}, nil
+	return &Policy{cfg: cfg}, nil
 }
 
 // Name returns "pollux".
-func (p *PolluxPolicy) Name() string { return "pollux" }
+func (p *Policy) Name() string { return "pollux" }
 
 // LastStats returns the statistics of the last Optimize call.
-func (p *PolluxPolicy) LastStats() Stats { return p.stats }
+func (p *Policy) LastStats() Stats { return p.stats }
 
 // Optimize returns the allocation of the round: each job's GPUs listed
 // node by node in the order of in.Nodes (for example [n1 n1 n3]); jobs
@@ -492,11 +504,11 @@ func (p *PolluxPolicy) LastStats() Stats { return p.stats }
 // allocation found so far with a nil error (LastStats().Cancelled is
 // set), so a deadline bounds the round's time. It returns an error
 // naming the job or node for invalid input.
-func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, error) {
+func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
-	if err := polluxCheckInput(in); err != nil {
+	if err := core.CheckInput(in, polluxMaxNodeGPUs); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
 	p.round++
@@ -506,40 +518,37 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 		total += n.GPUs
 	}
 	if len(in.Jobs) == 0 || total == 0 {
-		return Allocations{}, nil
+		return core.Allocations{}, nil
 	}
 
 	// A job still restoring on its current allocation keeps it
 	// (MoveRestoring), as does a job within its first hold (FirstHold):
 	// the round solves for the others, on the GPUs left.
-	var pinned Allocations
+	cfg := p.cfg.Resolve(core.RegimeOf(in.Nodes))
+	var pinned core.Allocations
 	var pinnedNodes map[string]bool
-	if !p.cfg.MoveRestoring {
-		hold := p.cfg.FirstHold
-		if len(GPUTypes(in.Nodes)) > 1 {
-			hold = p.cfg.typedHold
-		}
-		in, pinned, pinnedNodes = splitRestoring(in, hold, p.cfg.RestartPenalty)
+	if !cfg.MoveRestoring {
+		in, pinned, pinnedNodes = splitRestoring(in, cfg.FirstHold, max(cfg.RestartPenalty, 0))
 		if len(in.Jobs) == 0 {
 			return pinned, nil
 		}
 	}
 	order := polluxJobOrder(in.Jobs)
 	pr := &p.prob
-	p.stats.FallbackBases = pr.setup(in, order, total, p.cfg)
+	p.stats.FallbackBases = pr.setup(in, order, total, cfg)
 	pr.pinnedNodes(in, pinnedNodes)
 	nSeeds := p.buildSeeds(in, order)
 	p.stats.Seeds = nSeeds
 
-	rng := rand.New(rand.NewPCG(uint64(p.cfg.Seed), uint64(p.round)))
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(p.round)))
 	e := &p.engine
 	e.reset(gaParams{
-		popSize:     p.cfg.Population,
-		generations: p.cfg.Generations,
+		popSize:     cfg.Population,
+		generations: cfg.Generations,
 		crossProb:   0.9,
 		maxMatings:  100,
 		rows:        pr.rows,
-		stall:       p.stallGenerations(pr.typed, total),
+		stall:       max(cfg.StallGenerations, 0),
 	}, pr, nSeeds)
 	res := e.run(ctx, rng, nSeeds)
 	p.stats.Generations = res.generations
@@ -592,9 +601,9 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 	p.stats.FrontSize = front
 	p.stats.BestFitness = -e.f0[best]
 	p.stats.BestUtility = -e.f1[best]
-	p.saveStates(in, order)
+	p.saveStates(in, order, cfg.SeedFromWholePopulation)
 
-	out := Allocations{}
+	out := core.Allocations{}
 	for id, a := range pinned {
 		out[id] = a
 	}
@@ -623,13 +632,13 @@ func (p *PolluxPolicy) Optimize(ctx context.Context, in Input) (Allocations, err
 // flooring their speedup when their row changes, also keeps them from
 // being preempted: a job restoring for longer than a round was otherwise
 // started, preempted before it made progress and started again.
-func splitRestoring(in Input, hold, penalty float64) (Input, Allocations, map[string]bool) {
+func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allocations, map[string]bool) {
 	nodeIdx := make(map[string]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		nodeIdx[n.ID] = i
 	}
-	var pinned Allocations
-	var nodes []Node
+	var pinned core.Allocations
+	var nodes []core.Node
 	var multi map[string]bool
 	for _, j := range in.Jobs {
 		if !j.Restoring && !firstHeld(j, hold, penalty) {
@@ -662,10 +671,10 @@ func splitRestoring(in Input, hold, penalty float64) (Input, Allocations, map[st
 			continue
 		}
 		if pinned == nil {
-			pinned = Allocations{}
+			pinned = core.Allocations{}
 		}
 		pinned[j.ID] = kept
-		if len(Placement(kept)) > 1 {
+		if len(core.Placement(kept)) > 1 {
 			if multi == nil {
 				multi = map[string]bool{}
 			}
@@ -677,7 +686,7 @@ func splitRestoring(in Input, hold, penalty float64) (Input, Allocations, map[st
 	if pinned == nil {
 		return in, nil, nil
 	}
-	out := Input{Now: in.Now, Nodes: nodes, Current: make(Allocations, len(in.Current))}
+	out := core.Input{Now: in.Now, Nodes: nodes, Current: make(core.Allocations, len(in.Current))}
 	for _, j := range in.Jobs {
 		if _, ok := pinned[j.ID]; ok {
 			continue
@@ -694,7 +703,7 @@ func splitRestoring(in Input, hold, penalty float64) (Input, Allocations, map[st
 // allocation (NumRestarts 0, holding it for Held > 0 seconds) for less
 // than 1 + hold restart times (RestartTime, else penalty). hold <= 0 is
 // no hold.
-func firstHeld(j Job, hold, penalty float64) bool {
+func firstHeld(j core.Job, hold, penalty float64) bool {
 	if !(hold > 0) || j.NumRestarts != 0 || !(j.Held > 0) {
 		return false
 	}
@@ -705,69 +714,10 @@ func firstHeld(j Job, hold, penalty float64) bool {
 	return j.Held < (1+hold)*delta
 }
 
-// polluxCheckInput reports every invalid job and node at once.
-func polluxCheckInput(in Input) error {
-	var errs []error
-	jobs := make(map[string]int, len(in.Jobs))
-	for i, j := range in.Jobs {
-		bad := func(format string, args ...any) {
-			errs = append(errs, fmt.Errorf("job %q (index %d): %s", j.ID, i, fmt.Sprintf(format, args...)))
-		}
-		if j.ID == "" {
-			bad("empty ID")
-		} else if k, dup := jobs[j.ID]; dup {
-			bad("same ID as job index %d", k)
-		} else {
-			jobs[j.ID] = i
-		}
-		if j.MinReplicas < 0 {
-			bad("min replicas %d is negative", j.MinReplicas)
-		}
-		if j.MaxReplicas < 1 {
-			bad("max replicas %d is below 1", j.MaxReplicas)
-		}
-		if j.MinReplicas > j.MaxReplicas {
-			bad("min replicas %d exceed max replicas %d", j.MinReplicas, j.MaxReplicas)
-		}
-		if !(j.Age >= 0) || math.IsInf(j.Age, 0) {
-			bad("age %v is not a finite non-negative number", j.Age)
-		}
-		if !(j.AttainedService >= 0) || math.IsInf(j.AttainedService, 0) {
-			bad("attained service %v is not a finite non-negative number", j.AttainedService)
-		}
-		if math.IsNaN(j.Submitted) || math.IsInf(j.Submitted, 0) {
-			bad("submission time %v is not finite", j.Submitted)
-		}
-		if j.NumRestarts < 0 {
-			bad("restart count %d is negative", j.NumRestarts)
-		}
-		if !(j.RestartTime >= 0) || math.IsInf(j.RestartTime, 0) {
-			bad("restart time %v is not a finite non-negative number", j.RestartTime)
-		}
-	}
-	nodes := make(map[string]int, len(in.Nodes))
-	for i, n := range in.Nodes {
-		if n.ID == "" {
-			errs = append(errs, fmt.Errorf("node at index %d: empty ID", i))
-		} else if k, dup := nodes[n.ID]; dup {
-			errs = append(errs, fmt.Errorf("node %q (index %d): same ID as node index %d", n.ID, i, k))
-		} else {
-			nodes[n.ID] = i
-		}
-		if n.GPUs < 0 || n.GPUs > polluxMaxNodeGPUs {
-			errs = append(errs, fmt.Errorf("node %q (index %d): %d GPUs is outside [0, %d]", n.ID, i, n.GPUs, polluxMaxNodeGPUs))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid input: %w", err)
-	}
-	return nil
-}
-
 // polluxJobOrder returns the indices of jobs in priority order: attained
 // service ascending, then submission time, then ID (artifact pollux.py
 // optimize; pinned jobs do not exist here).
-func polluxJobOrder(jobs []Job) []int {
+func polluxJobOrder(jobs []core.Job) []int {
 	order := make([]int, len(jobs))
 	for i := range order {
 		order[i] = i
@@ -796,7 +746,7 @@ func polluxJobOrder(jobs []Job) []int {
 // artifact's 64-GPU setting, when K_f GPUs exceed the job's batch-size
 // limits), the base falls back to GOODPUT_j(1, 1), speedup.py's own base,
 // and if that fails too the job is treated as unprofiled (speedup K/K_f).
-func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfig) int {
+func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config) int {
 	rows, cols := len(order), len(in.Nodes)
 	pr.rows, pr.cols = rows, cols
 	pr.p = cfg.FairnessP
@@ -818,23 +768,12 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	}
 	// GPU types: the share of the cluster's GPUs of each type weighs the
 	// per-type fair-share goodputs into one base per job.
-	types := GPUTypes(in.Nodes)
+	types := core.GPUTypes(in.Nodes)
 	nt := len(types)
-	pr.ntypes, pr.typed = nt, nt > 1
+	pr.ntypes, pr.typed = nt, core.SeveralTypes(nt)
 	pr.knee = 0
 	if pr.typed {
-		// The defaults of several GPU types (PolluxTypedFairnessP).
-		pr.knee = cfg.StandInKnee
-		if pr.knee == 0 {
-			pr.knee = PolluxTypedStandInKnee
-		}
-		pr.knee = max(pr.knee, 0)
-		cfg.FairnessP, cfg.RestartHysteresis = cfg.typedP, cfg.typedH
-		pr.p = cfg.FairnessP
-		cfg.AgeWeightScale, cfg.AgeWeightPower = cfg.typedTau, cfg.typedAlpha
-		cfg.ServiceWeight = cfg.typedA0
-	} else if total > PolluxSmallClusterGPUs {
-		cfg.RestartHysteresis, cfg.ServiceWeight = cfg.largeH, cfg.largeA0
+		pr.knee = max(cfg.StandInKnee, 0)
 	}
 	pr.jobWeights(in, order, cfg.AgeWeightScale, cfg.AgeWeightPower, cfg.ServiceWeight, !cfg.ServiceWeightExact)
 	pr.nodeType = gaGrow(pr.nodeType, cols)
@@ -859,12 +798,6 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 	pr.growFactor = gaGrow(pr.growFactor, rows)
 	growCfg := cfg
 	growCfg.RestartHysteresis = cfg.GrowthHysteresis
-	if cfg.GrowthHysteresis == 0 {
-		growCfg.RestartHysteresis = PolluxDefaultGrowthHysteresis
-		if pr.typed || total > PolluxSmallClusterGPUs {
-			growCfg.RestartHysteresis = -1
-		}
-	}
 	pr.baseSum = gaGrow(pr.baseSum, rows)
 	pr.models = gaGrow(pr.models, rows*nt)
 	pr.baseGoodput = gaGrow(pr.baseGoodput, rows)
@@ -981,10 +914,10 @@ func (pr *polluxProblem) setup(in Input, order []int, total int, cfg PolluxConfi
 }
 
 // jobWeights sets pr.weight, job j's weight in the fitness: the age
-// weight (τ/(τ + age))^a (PolluxConfig.AgeWeightScale) times the service
-// weight A0/(A0 + attained service) (PolluxConfig.ServiceWeight), and
+// weight (τ/(τ + age))^a (Config.AgeWeightScale) times the service
+// weight A0/(A0 + attained service) (Config.ServiceWeight), and
 // their sum pr.wsum; nil (every job weight 1) when neither is on.
-func (pr *polluxProblem) jobWeights(in Input, order []int, tau, a, a0 float64, steps bool) {
+func (pr *polluxProblem) jobWeights(in core.Input, order []int, tau, a, a0 float64, steps bool) {
 	if !(tau > 0) && !(a0 > 0) {
 		pr.weight = nil
 		return
@@ -1024,7 +957,7 @@ func serviceStep(s, a0 float64, steps bool) float64 {
 // slow one. Where no type gives a fair-share goodput it falls back to one
 // GPU, and then to linear speedup (all models nil), as the untyped base
 // does; it returns false on a fallback.
-func polluxTypedBase(pr *polluxProblem, j int, job *Job, types []string, share []float64, fairN, fairK int) bool {
+func polluxTypedBase(pr *polluxProblem, j int, job *core.Job, types []string, share []float64, fairN, fairK int) bool {
 	nt := len(types)
 	have := false
 	for t, name := range types {
@@ -1115,7 +1048,7 @@ func polluxTypeSpeeds(pr *polluxProblem, rows int) {
 // polluxJobSpeeds sets pr.jobSpeed: per job and type, the job's probed
 // one-GPU speed (Job.ProbeSpeed) relative to its mean over the types where
 // it has a positive probe on every type, else the cluster's typeSpeed.
-func polluxJobSpeeds(pr *polluxProblem, in Input, order []int, types []string) {
+func polluxJobSpeeds(pr *polluxProblem, in core.Input, order []int, types []string) {
 	nt := pr.ntypes
 	pr.jobSpeed = gaGrow(pr.jobSpeed, len(order)*nt)
 	for j, ji := range order {
@@ -1150,11 +1083,11 @@ func polluxJobSpeeds(pr *polluxProblem, in Input, order []int, types []string) {
 // job's own restart time (or the configured one), the age capped at
 // RestartHorizon if set, times (1 − RestartHysteresis) for a job that
 // holds GPUs; 1 for a job that holds none unless PenalizeStarts.
-func polluxJobRestartFactor(job *Job, running bool, cfg PolluxConfig) float64 {
+func polluxJobRestartFactor(job *core.Job, running bool, cfg Config) float64 {
 	if !running && !cfg.PenalizeStarts {
 		return 1
 	}
-	delta := cfg.RestartPenalty
+	delta := max(cfg.RestartPenalty, 0)
 	if job.RestartTime > 0 {
 		delta = job.RestartTime
 	}
@@ -1173,7 +1106,7 @@ func polluxJobRestartFactor(job *Job, running bool, cfg PolluxConfig) float64 {
 // count: the current allocation on the first round, else the saved states
 // of the previous round mapped by job and node ID (artifact pollux.py
 // _adapt_prev_states).
-func (p *PolluxPolicy) buildSeeds(in Input, order []int) int {
+func (p *Policy) buildSeeds(in core.Input, order []int) int {
 	pr := &p.prob
 	if p.prevCount == 0 {
 		pr.seeds = gaGrow(pr.seeds, 1)
@@ -1236,7 +1169,7 @@ func (p *PolluxPolicy) buildSeeds(in Input, order []int) int {
 
 // saveStates keeps the final first front (or the whole population) with
 // the job and node IDs that index it, to seed the next round.
-func (p *PolluxPolicy) saveStates(in Input, order []int) {
+func (p *Policy) saveStates(in core.Input, order []int, whole bool) {
 	e := &p.engine
 	p.prevJobs = p.prevJobs[:0]
 	for _, ji := range order {
@@ -1248,7 +1181,7 @@ func (p *PolluxPolicy) saveStates(in Input, order []int) {
 	}
 	p.prevCount = 0
 	for _, s := range e.pop {
-		if e.rank[s] == 0 || p.cfg.SeedFromWholePopulation {
+		if e.rank[s] == 0 || whole {
 			if p.prevCount == len(p.prevStates) {
 				p.prevStates = append(p.prevStates, spState{})
 			}
@@ -1256,19 +1189,4 @@ func (p *PolluxPolicy) saveStates(in Input, order []int) {
 			p.prevCount++
 		}
 	}
-}
-
-// stallGenerations is the stall rule of a round on a cluster of total
-// GPUs (typed: several GPU types): the configured StallGenerations, or,
-// if it is 0, the size-aware default; 0 runs every generation.
-func (p *PolluxPolicy) stallGenerations(typed bool, total int) int {
-	switch s := p.cfg.StallGenerations; {
-	case s < 0:
-		return 0
-	case s > 0:
-		return s
-	case !typed && total <= PolluxSmallClusterGPUs:
-		return PolluxDefaultStallGenerations
-	}
-	return 0
 }

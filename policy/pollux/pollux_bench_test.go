@@ -1,14 +1,13 @@
-package policy_test
+package pollux_test
 
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/policytest"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 )
 
 // BenchmarkPolluxOptimize measures one scheduling round with the
@@ -28,8 +27,8 @@ func BenchmarkPolluxOptimize(b *testing.B) {
 // benchmarkRounds times warm Pollux rounds (seed 1) on in, reporting the
 // process's CPU time per round, which on a shared machine varies less
 // with the load than the wall time, and returns the policy.
-func benchmarkRounds(b *testing.B, in policy.Input) *policy.PolluxPolicy {
-	p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+func benchmarkRounds(b *testing.B, in policy.Input) *pollux.Policy {
+	p, err := pollux.New(pollux.Config{Seed: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +36,7 @@ func benchmarkRounds(b *testing.B, in policy.Input) *policy.PolluxPolicy {
 	if _, err := p.Optimize(ctx, in); err != nil {
 		b.Fatal(err)
 	}
-	cpu0 := processCPU()
+	cpu0 := policytest.ProcessCPU()
 	n := 0
 	b.ResetTimer()
 	for b.Loop() {
@@ -47,17 +46,8 @@ func benchmarkRounds(b *testing.B, in policy.Input) *policy.PolluxPolicy {
 		n++
 	}
 	b.StopTimer()
-	b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
+	b.ReportMetric((policytest.ProcessCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
 	return p
-}
-
-// processCPU returns the user and system CPU time of the process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPolluxTypedOptimize measures one round of the type-aware

@@ -1,4 +1,4 @@
-package policy
+package sia
 
 import (
 	"cmp"
@@ -14,24 +14,29 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize/convex/lp"
+
+	"github.com/pollux-nomad/pollux/policy/internal/core"
 )
 
-// Defaults of SiaConfig: the Sia artifact's settings (siasosp23/artifacts,
+// Defaults of Config: the Sia artifact's settings (siasosp23/artifacts,
 // sia-simulator/simulator_config.py and sia.py; Sia, SOSP '23, §3-4).
 const (
-	// SiaDefaultFairnessP is sia_default_p_val = −0.5.
-	SiaDefaultFairnessP = -0.5
-	// SiaDefaultLambdaN is sia_default_lambda_n = 1.1, the cost of leaving
+	// maxNodeGPUs bounds a node's GPUs as Pollux does, so that an input
+	// valid for one policy is valid for the other.
+	maxNodeGPUs = 255
+	// DefaultFairnessP is sia_default_p_val = −0.5.
+	DefaultFairnessP = -0.5
+	// DefaultLambdaN is sia_default_lambda_n = 1.1, the cost of leaving
 	// a job without GPUs (more than the cost 1 of its slowest config).
-	SiaDefaultLambdaN = 1.1
-	// SiaDefaultRestartPenalty is the restart penalty of a job the
+	DefaultLambdaN = 1.1
+	// DefaultRestartPenalty is the restart penalty of a job the
 	// artifact's get_restart_penalty does not name: 30 s.
-	SiaDefaultRestartPenalty = 30.0
-	// SiaDefaultGap is sia_solver_thresh = 1e-4: the integer program is
+	DefaultRestartPenalty = 30.0
+	// DefaultGap is sia_solver_thresh = 1e-4: the integer program is
 	// solved to a relative gap of 0.01% (CBC's allowablePercentageGap).
-	SiaDefaultGap = 1e-4
-	// SiaGoodputClip is sia_goodput_clip_val: a cost above it is clipped.
-	SiaGoodputClip = 3000.0
+	DefaultGap = 1e-4
+	// GoodputClip is sia_goodput_clip_val: a cost above it is clipped.
+	GoodputClip = 3000.0
 	// siaMaxAbsP bounds |p| so that powers of normalised goodputs stay
 	// finite.
 	siaMaxAbsP = 100
@@ -42,7 +47,7 @@ const (
 	// siaDPMaxStates bounds the states of the dynamic programme (memory).
 	siaDPMaxStates = 1 << 20
 	// siaBBNodeLimit bounds the branch-and-bound nodes of one round; the
-	// best allocation found is used when it is reached (SiaStats.Gap
+	// best allocation found is used when it is reached (Stats.Gap
 	// says how far from the bound it may be).
 	siaBBNodeLimit = 500_000
 	// siaHeuristicPrices is how many of the last prices of Kelley's
@@ -53,14 +58,14 @@ const (
 	siaParallelMinJobs = 128
 )
 
-// SiaConfig configures the Sia policy. The zero value gives the artifact's
+// Config configures the Sia policy. The zero value gives the artifact's
 // settings: p = −0.5, λn = 1.1, the Pollux restart factor, gap 1e-4.
 //
 // The artifact also takes λa (sia_default_lambda_a = 0.01, "penalty for
 // change of alloc") but its objective never uses it (sia.py,
 // __solve_mip_rescaled computes opt_lambda_alloc_change and drops it), so
 // it is not a setting here either.
-type SiaConfig struct {
+type Config struct {
 	// FairnessP is the exponent p applied to each job's normalised goodput
 	// (Sia, §3.3). 0 means −0.5. With p < 0 the programme minimises the
 	// sum of powered goodputs (fairer for more negative p); with p > 0 it
@@ -105,21 +110,21 @@ type SiaConfig struct {
 	Workers int
 }
 
-func (c SiaConfig) withDefaults() SiaConfig {
+func (c Config) withDefaults() Config {
 	if c.FairnessP == 0 {
-		c.FairnessP = SiaDefaultFairnessP
+		c.FairnessP = DefaultFairnessP
 	}
 	if c.LambdaN == 0 {
-		c.LambdaN = SiaDefaultLambdaN
+		c.LambdaN = DefaultLambdaN
 		if c.FairnessP > 0 {
-			c.LambdaN = -SiaDefaultLambdaN
+			c.LambdaN = -DefaultLambdaN
 		}
 	}
 	if c.RestartPenalty == 0 {
-		c.RestartPenalty = SiaDefaultRestartPenalty
+		c.RestartPenalty = DefaultRestartPenalty
 	}
 	if c.Gap == 0 {
-		c.Gap = SiaDefaultGap
+		c.Gap = DefaultGap
 	}
 	if c.Gap < 0 {
 		c.Gap = 0
@@ -129,7 +134,7 @@ func (c SiaConfig) withDefaults() SiaConfig {
 
 // Validate reports every invalid field at once (zero fields are valid:
 // they take the defaults).
-func (c SiaConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if math.IsNaN(c.FairnessP) || math.Abs(c.FairnessP) > siaMaxAbsP {
 		errs = append(errs, fmt.Errorf("fairness p %v is not in [-%d, %d]", c.FairnessP, siaMaxAbsP, siaMaxAbsP))
@@ -175,8 +180,8 @@ func parseNodeLimits(spec string) (map[string]int, error) {
 	return out, nil
 }
 
-// SiaStats describes the last round of the Sia policy.
-type SiaStats struct {
+// Stats describes the last round of the Sia policy.
+type Stats struct {
 	// Jobs is the number of jobs, Candidates those with at least one
 	// configuration worth more than no GPUs, Kept those held to their
 	// allocation because they are restoring.
@@ -199,9 +204,9 @@ type SiaStats struct {
 	Unplaced int
 }
 
-// SiaPolicy is a re-implementation of Sia's policy (Jayaram Subramanya et
+// Policy is a re-implementation of Sia's policy (Jayaram Subramanya et
 // al., SOSP '23; artifact siasosp23/artifacts, sia-simulator/sia.py,
-// SiaPolicy.optimize_mip and __solve_mip_rescaled), for comparisons:
+// Policy.optimize_mip and __solve_mip_rescaled), for comparisons:
 //
 //   - Configurations per GPU type: 1, 2, 4, ... GPUs within one node (the
 //     powers of two dividing the node size), then whole nodes (CONFIGS_4GPU
@@ -231,29 +236,29 @@ type SiaStats struct {
 // capacities when that is small (64 GPUs), else by branch and bound on a
 // Lagrangian bound to the artifact's gap. It is not safe for concurrent
 // use.
-type SiaPolicy struct {
-	cfg   SiaConfig
-	stats SiaStats
+type Policy struct {
+	cfg   Config
+	stats Stats
 	// maxNodes is cfg.MaxNodesByType parsed.
 	maxNodes map[string]int
 	// weight is the score of one hundredth of benefit this round.
 	weight int64
 }
 
-// NewSia returns a Sia policy, or an error naming every invalid setting.
-func NewSia(cfg SiaConfig) (*SiaPolicy, error) {
+// New returns a Sia policy, or an error naming every invalid setting.
+func New(cfg Config) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	limits, _ := parseNodeLimits(cfg.MaxNodesByType)
-	return &SiaPolicy{cfg: cfg.withDefaults(), maxNodes: limits}, nil
+	return &Policy{cfg: cfg.withDefaults(), maxNodes: limits}, nil
 }
 
 // Name returns "sia".
-func (p *SiaPolicy) Name() string { return "sia" }
+func (p *Policy) Name() string { return "sia" }
 
 // LastStats returns the statistics of the last Optimize call.
-func (p *SiaPolicy) LastStats() SiaStats { return p.stats }
+func (p *Policy) LastStats() Stats { return p.stats }
 
 // siaType is one GPU type of the cluster.
 type siaType struct {
@@ -303,14 +308,14 @@ var siaArtifactPenalty = []struct {
 	sec float64
 }{{"deepspeech", 25}, {"imagenet", 250}, {"cifar", 30}, {"bert", 120}, {"yolov3", 45}}
 
-func (p *SiaPolicy) restartPenalty(j Job) float64 {
+func (p *Policy) restartPenalty(j core.Job) float64 {
 	if p.cfg.ArtifactRestartPenalties {
 		for _, e := range siaArtifactPenalty {
 			if strings.Contains(j.ID, e.sub) {
 				return e.sec
 			}
 		}
-		return SiaDefaultRestartPenalty
+		return DefaultRestartPenalty
 	}
 	if j.RestartTime > 0 {
 		return j.RestartTime
@@ -321,7 +326,7 @@ func (p *SiaPolicy) restartPenalty(j Job) float64 {
 // reallocFactor is the Pollux restart factor as sia.py computes it
 // (sia_use_pollux_realloc_factor = True): 1 while the job is younger than
 // its penalty.
-func (p *SiaPolicy) reallocFactor(j Job) float64 {
+func (p *Policy) reallocFactor(j core.Job) float64 {
 	d := p.restartPenalty(j)
 	if j.Age < d {
 		return 1
@@ -329,19 +334,19 @@ func (p *SiaPolicy) reallocFactor(j Job) float64 {
 	return max(j.Age-float64(j.NumRestarts)*d, 0) / (j.Age + d)
 }
 
-// Optimize returns the allocation of the round; see SiaPolicy. Every job
+// Optimize returns the allocation of the round; see Policy. Every job
 // gets either no GPUs or one configuration within its replica bounds on
 // one GPU type, listed node by node in the order of in.Nodes. It returns an
 // error naming the job or node for invalid input, or the context's error
 // if it ended before the round.
-func (p *SiaPolicy) Optimize(ctx context.Context, in Input) (Allocations, error) {
+func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
-	if err := polluxCheckInput(in); err != nil {
+	if err := core.CheckInput(in, maxNodeGPUs); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
-	p.stats = SiaStats{Jobs: len(in.Jobs)}
+	p.stats = Stats{Jobs: len(in.Jobs)}
 	types, nodeType := siaTypes(in.Nodes, p.maxNodes)
 	for _, t := range types {
 		p.stats.Configs += len(t.configs)
@@ -354,10 +359,10 @@ func (p *SiaPolicy) Optimize(ctx context.Context, in Input) (Allocations, error)
 // siaTypes groups the nodes with GPUs by type, in sorted type order, and
 // returns each node's type index (−1 for nodes without GPUs); maxNodes caps
 // the nodes of a configuration per type.
-func siaTypes(nodes []Node, maxNodes map[string]int) ([]*siaType, []int) {
+func siaTypes(nodes []core.Node, maxNodes map[string]int) ([]*siaType, []int) {
 	byName := map[string]*siaType{}
 	var types []*siaType
-	for _, name := range GPUTypes(nodes) {
+	for _, name := range core.GPUTypes(nodes) {
 		t := &siaType{name: name}
 		byName[name] = t
 		types = append(types, t)
@@ -424,7 +429,7 @@ func currentConfig(alloc []string, nodeIdx map[string]int, nodeType []int) (typ,
 }
 
 // buildJobs computes every job's configurations and their costs.
-func (p *SiaPolicy) buildJobs(in Input, types []*siaType, nodeType []int) []siaJob {
+func (p *Policy) buildJobs(in core.Input, types []*siaType, nodeType []int) []siaJob {
 	nodeIdx := make(map[string]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		nodeIdx[n.ID] = i
@@ -499,7 +504,7 @@ func (p *SiaPolicy) buildJobs(in Input, types []*siaType, nodeType []int) []siaJ
 }
 
 // buildJob computes one job's configurations (sia.py, optimize_mip).
-func (p *SiaPolicy) buildJob(idx int, j Job, cur []string, types []*siaType, nodeIdx map[string]int, nodeType []int) siaJob {
+func (p *Policy) buildJob(idx int, j core.Job, cur []string, types []*siaType, nodeIdx map[string]int, nodeType []int) siaJob {
 	sj := siaJob{idx: idx, prev: -1}
 	lo, hi := max(1, j.MinReplicas), j.MaxReplicas
 	curTyp, curGPUs, holds := currentConfig(cur, nodeIdx, nodeType)
@@ -554,9 +559,9 @@ func (p *SiaPolicy) buildJob(idx int, j Job, cur []string, types []*siaType, nod
 		if holds && !isPrev {
 			v *= factor
 		}
-		cost := SiaGoodputClip * 100
+		cost := GoodputClip * 100
 		if v > 0 {
-			cost = min(math.RoundToEven(100*math.Pow(v, p.cfg.FairnessP)), SiaGoodputClip*100)
+			cost = min(math.RoundToEven(100*math.Pow(v, p.cfg.FairnessP)), GoodputClip*100)
 		}
 		if isPrev {
 			sj.prev = len(sj.options)
@@ -568,7 +573,7 @@ func (p *SiaPolicy) buildJob(idx int, j Job, cur []string, types []*siaType, nod
 }
 
 // solve returns each job's chosen option index (−1 for none).
-func (p *SiaPolicy) solve(ctx context.Context, jobs []siaJob, types []*siaType, numJobs int) []int {
+func (p *Policy) solve(ctx context.Context, jobs []siaJob, types []*siaType, numJobs int) []int {
 	choice := make([]int, len(jobs))
 	capacity := make([]int, len(types))
 	for t, ty := range types {
@@ -616,7 +621,7 @@ func (p *SiaPolicy) solve(ctx context.Context, jobs []siaJob, types []*siaType, 
 // objectiveUnits returns a function giving the artifact's objective, in
 // score units, of a total score (benefits in hundredths times the weight,
 // plus tie-breaks).
-func (p *SiaPolicy) objectiveUnits(numJobs int) func(score int64) int64 {
+func (p *Policy) objectiveUnits(numJobs int) func(score int64) int64 {
 	base := int64(math.RoundToEven(p.cfg.LambdaN*100)) * int64(numJobs) * p.weight
 	return func(score int64) int64 {
 		// For p < 0: Σ A + λn·unallocated = λn·jobs − Σ(λn − A).
@@ -628,7 +633,7 @@ func (p *SiaPolicy) objectiveUnits(numJobs int) func(score int64) int64 {
 	}
 }
 
-func (p *SiaPolicy) objective(jobs []siaJob, choice []int, numJobs int) float64 {
+func (p *Policy) objective(jobs []siaJob, choice []int, numJobs int) float64 {
 	obj := p.cfg.LambdaN * float64(numJobs)
 	for i, c := range choice {
 		if c >= 0 {
@@ -1211,8 +1216,8 @@ func siaPrices(jobs []siaJob, free []int, capacity []int) []float64 {
 // free; multi-node configurations take whole free nodes, the others the
 // fullest node with room (any node with room fits, as sizes divide each
 // other).
-func (p *SiaPolicy) place(in Input, types []*siaType, nodeType []int, jobs []siaJob, choice []int) Allocations {
-	out := Allocations{}
+func (p *Policy) place(in core.Input, types []*siaType, nodeType []int, jobs []siaJob, choice []int) core.Allocations {
+	out := core.Allocations{}
 	freeGPUs := make([]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		freeGPUs[i] = max(n.GPUs, 0)

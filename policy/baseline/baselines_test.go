@@ -1,4 +1,4 @@
-package policy_test
+package baseline_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/baseline"
 	"github.com/pollux-nomad/pollux/policy/policytest"
 )
 
@@ -28,7 +29,7 @@ func TestTiresiasQueuesAndPreemption(t *testing.T) {
 	ids := []string{nodes[0].ID, nodes[1].ID}
 	jobs := []policy.Job{fixedJob("a", 4), fixedJob("b", 4), fixedJob("c", 2)}
 	// Demote after 240 GPU-seconds: job a (4 GPUs) after one minute.
-	pol, err := policy.NewTiresias(policy.TiresiasConfig{QueueThreshold: 240})
+	pol, err := baseline.NewTiresias(baseline.TiresiasConfig{QueueThreshold: 240})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestTiresiasQueuesAndPreemption(t *testing.T) {
 }
 
 func TestTiresiasSmallJobsPassBlockedLargeOne(t *testing.T) {
-	pol, err := policy.NewTiresias(policy.TiresiasConfig{})
+	pol, err := baseline.NewTiresias(baseline.TiresiasConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestOptimusGivesGPUsToTheBiggestGain(t *testing.T) {
 		{ID: "scales", MaxReplicas: 8, Oracle: fakeOracle{Serial: 0.1, Parallel: 1, Remaining: 1000}},
 		{ID: "flat", MaxReplicas: 8, Oracle: fakeOracle{Serial: 1, Parallel: 0.01, Remaining: 1000}},
 	}
-	got, err := policy.NewOptimus().Optimize(context.Background(), policy.Input{
+	got, err := baseline.NewOptimus().Optimize(context.Background(), policy.Input{
 		Now: 60, Jobs: jobs, Nodes: policytest.Nodes(2, 4),
 	})
 	if err != nil {
@@ -114,7 +115,7 @@ func TestOptimusGivesGPUsToTheBiggestGain(t *testing.T) {
 }
 
 func TestOptimusNeedsOracle(t *testing.T) {
-	_, err := policy.NewOptimus().Optimize(context.Background(), policy.Input{
+	_, err := baseline.NewOptimus().Optimize(context.Background(), policy.Input{
 		Jobs: []policy.Job{{ID: "x", MaxReplicas: 1}}, Nodes: policytest.Nodes(1, 4),
 	})
 	if err == nil {
@@ -139,9 +140,9 @@ func TestBaselinesRespectInvariants(t *testing.T) {
 				}
 				var pol policy.Policy
 				if name == "tiresias" {
-					pol, _ = policy.NewTiresias(policy.TiresiasConfig{QueueThreshold: 1000})
+					pol, _ = baseline.NewTiresias(baseline.TiresiasConfig{QueueThreshold: 1000})
 				} else {
-					pol = policy.NewOptimus()
+					pol = baseline.NewOptimus()
 				}
 				for round := range 4 {
 					out, err := pol.Optimize(context.Background(), in)

@@ -1,4 +1,4 @@
-package policy_test
+package pollux_test
 
 import (
 	"context"
@@ -13,22 +13,23 @@ import (
 
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/policytest"
+	"github.com/pollux-nomad/pollux/policy/pollux"
 )
 
 // Small GA settings keep the property tests fast; the scenario tests use
 // the artifact's settings.
-var quickConfig = policy.PolluxConfig{Population: 20, Generations: 15}
+var quickConfig = pollux.Config{Population: 20, Generations: 15}
 
-func newPollux(t testing.TB, cfg policy.PolluxConfig) *policy.PolluxPolicy {
+func newPollux(t testing.TB, cfg pollux.Config) *pollux.Policy {
 	t.Helper()
-	p, err := policy.NewPollux(cfg)
+	p, err := pollux.New(cfg)
 	if err != nil {
-		t.Fatalf("NewPollux(%+v): %v", cfg, err)
+		t.Fatalf("New(%+v): %v", cfg, err)
 	}
 	return p
 }
 
-func optimize(t testing.TB, p *policy.PolluxPolicy, in policy.Input) policy.Allocations {
+func optimize(t testing.TB, p *pollux.Policy, in policy.Input) policy.Allocations {
 	t.Helper()
 	out, err := p.Optimize(context.Background(), in)
 	if err != nil {
@@ -39,44 +40,44 @@ func optimize(t testing.TB, p *policy.PolluxPolicy, in policy.Input) policy.Allo
 
 func TestPolluxConfigValidate(t *testing.T) {
 	tests := map[string]struct {
-		cfg     policy.PolluxConfig
+		cfg     pollux.Config
 		wantErr []string // substrings of the error; none means valid
 	}{
-		"zero value is valid":             {cfg: policy.PolluxConfig{}},
-		"explicit artifact settings":      {cfg: policy.PolluxConfig{Population: 100, Generations: 100, FairnessP: -1, RestartPenalty: 30, MaxNodesPerJob: 16}},
-		"p = +1":                          {cfg: policy.PolluxConfig{FairnessP: 1}},
-		"p = -10":                         {cfg: policy.PolluxConfig{FairnessP: -10}},
-		"negative population":             {cfg: policy.PolluxConfig{Population: -1}, wantErr: []string{"population -1"}},
-		"negative generations":            {cfg: policy.PolluxConfig{Generations: -5}, wantErr: []string{"generations -5"}},
-		"NaN p":                           {cfg: policy.PolluxConfig{FairnessP: math.NaN()}, wantErr: []string{"fairness p NaN"}},
-		"p too large":                     {cfg: policy.PolluxConfig{FairnessP: -1000}, wantErr: []string{"fairness p -1000"}},
-		"negative restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: -30}, wantErr: []string{"restart penalty -30"}},
-		"infinite restart penalty":        {cfg: policy.PolluxConfig{RestartPenalty: math.Inf(1)}, wantErr: []string{"restart penalty +Inf"}},
-		"negative max nodes":              {cfg: policy.PolluxConfig{MaxNodesPerJob: -2}, wantErr: []string{"max nodes per job -2"}},
-		"hysteresis off":                  {cfg: policy.PolluxConfig{RestartHysteresis: -1}},
-		"hysteresis of 1":                 {cfg: policy.PolluxConfig{RestartHysteresis: 1}, wantErr: []string{"restart hysteresis 1 is not below 1"}},
-		"NaN horizon":                     {cfg: policy.PolluxConfig{RestartHorizon: math.NaN()}, wantErr: []string{"restart horizon NaN"}},
-		"service weight NaN":              {cfg: policy.PolluxConfig{ServiceWeight: math.NaN()}, wantErr: []string{"service weight NaN"}},
-		"growth hysteresis of 1":          {cfg: policy.PolluxConfig{GrowthHysteresis: 1}, wantErr: []string{"growth hysteresis 1 is not below 1"}},
-		"negative workers":                {cfg: policy.PolluxConfig{Workers: -1}, wantErr: []string{"workers -1"}},
-		"first hold off":                  {cfg: policy.PolluxConfig{FirstHold: -1}},
-		"infinite first hold":             {cfg: policy.PolluxConfig{FirstHold: math.Inf(1)}, wantErr: []string{"first hold +Inf"}},
-		"every error reported at once":    {cfg: policy.PolluxConfig{Population: -1, Generations: -1, RestartPenalty: -1}, wantErr: []string{"population -1", "generations -1", "restart penalty -1"}},
-		"error names the configuration":   {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
-		"NewPollux refuses what Validate": {cfg: policy.PolluxConfig{Population: -3}, wantErr: []string{"population -3"}},
+		"zero value is valid":           {cfg: pollux.Config{}},
+		"explicit artifact settings":    {cfg: pollux.Config{Population: 100, Generations: 100, FairnessP: -1, RestartPenalty: 30, MaxNodesPerJob: 16}},
+		"p = +1":                        {cfg: pollux.Config{FairnessP: 1}},
+		"p = -10":                       {cfg: pollux.Config{FairnessP: -10}},
+		"negative population":           {cfg: pollux.Config{Population: -1}, wantErr: []string{"population -1"}},
+		"negative generations":          {cfg: pollux.Config{Generations: -5}, wantErr: []string{"generations -5"}},
+		"NaN p":                         {cfg: pollux.Config{FairnessP: math.NaN()}, wantErr: []string{"fairness p NaN"}},
+		"p too large":                   {cfg: pollux.Config{FairnessP: -1000}, wantErr: []string{"fairness p -1000"}},
+		"restart penalty off":           {cfg: pollux.Config{RestartPenalty: -1}},
+		"infinite restart penalty":      {cfg: pollux.Config{RestartPenalty: math.Inf(1)}, wantErr: []string{"restart penalty +Inf"}},
+		"negative max nodes":            {cfg: pollux.Config{MaxNodesPerJob: -2}, wantErr: []string{"max nodes per job -2"}},
+		"hysteresis off":                {cfg: pollux.Config{RestartHysteresis: -1}},
+		"hysteresis of 1":               {cfg: pollux.Config{RestartHysteresis: 1}, wantErr: []string{"restart hysteresis 1 is not below 1"}},
+		"NaN horizon":                   {cfg: pollux.Config{RestartHorizon: math.NaN()}, wantErr: []string{"restart horizon NaN"}},
+		"service weight NaN":            {cfg: pollux.Config{ServiceWeight: math.NaN()}, wantErr: []string{"service weight NaN"}},
+		"growth hysteresis of 1":        {cfg: pollux.Config{GrowthHysteresis: 1}, wantErr: []string{"growth hysteresis 1 is not below 1"}},
+		"negative workers":              {cfg: pollux.Config{Workers: -1}, wantErr: []string{"workers -1"}},
+		"first hold off":                {cfg: pollux.Config{FirstHold: -1}},
+		"infinite first hold":           {cfg: pollux.Config{FirstHold: math.Inf(1)}, wantErr: []string{"first hold +Inf"}},
+		"every error reported at once":  {cfg: pollux.Config{Population: -1, Generations: -1, RestartPenalty: math.NaN()}, wantErr: []string{"population -1", "generations -1", "restart penalty NaN"}},
+		"error names the configuration": {cfg: pollux.Config{Population: -3}, wantErr: []string{"invalid pollux configuration"}},
+		"New refuses what Validate":     {cfg: pollux.Config{Population: -3}, wantErr: []string{"population -3"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			err := tc.cfg.Validate()
-			_, newErr := policy.NewPollux(tc.cfg)
+			_, newErr := pollux.New(tc.cfg)
 			if len(tc.wantErr) == 0 {
 				if err != nil || newErr != nil {
-					t.Fatalf("Validate() = %v, NewPollux error = %v, want both nil", err, newErr)
+					t.Fatalf("Validate() = %v, New error = %v, want both nil", err, newErr)
 				}
 				return
 			}
 			if err == nil || newErr == nil {
-				t.Fatalf("Validate() = %v, NewPollux error = %v, want both errors", err, newErr)
+				t.Fatalf("Validate() = %v, New error = %v, want both errors", err, newErr)
 			}
 			for _, want := range tc.wantErr {
 				if !strings.Contains(err.Error(), want) {
@@ -89,8 +90,8 @@ func TestPolluxConfigValidate(t *testing.T) {
 
 func TestPolluxZeroFairnessMeansMinusOne(t *testing.T) {
 	in := policytest.ClusterInput(3, 4, 4, 10)
-	zero := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 7}), in)
-	minusOne := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 7, FairnessP: -1}), in)
+	zero := optimize(t, newPollux(t, pollux.Config{Seed: 7}), in)
+	minusOne := optimize(t, newPollux(t, pollux.Config{Seed: 7, FairnessP: -1}), in)
 	if diff := cmp.Diff(minusOne, zero); diff != "" {
 		t.Errorf("p = 0 (default) and p = -1 differ (-p=-1 +p=0):\n%s", diff)
 	}
@@ -101,7 +102,7 @@ func TestPolluxSameDecisionsOnAnyWorkerCount(t *testing.T) {
 	// by default. Three rounds, each seeded by the last.
 	in0 := policytest.ClusterInput(3, 64, 4, 200)
 	run := func(workers int) []policy.Allocations {
-		p := newPollux(t, policy.PolluxConfig{Seed: 9, Workers: workers, Population: 40, Generations: 20})
+		p := newPollux(t, pollux.Config{Seed: 9, Workers: workers, Population: 40, Generations: 20})
 		var outs []policy.Allocations
 		in := in0
 		for range 3 {
@@ -125,12 +126,12 @@ func TestPolluxSameDecisionsOnAnyWorkerCount(t *testing.T) {
 
 func TestPolluxDeterministic(t *testing.T) {
 	tests := map[string]struct {
-		cfg policy.PolluxConfig
+		cfg pollux.Config
 		in  policy.Input
 	}{
-		"64 GPUs, 45 jobs, artifact settings": {cfg: policy.PolluxConfig{Seed: 42}, in: policytest.ClusterInput(1, 16, 4, 45)},
-		"odd cluster, p = +1":                 {cfg: policy.PolluxConfig{Seed: -3, FairnessP: 1, Population: 30, Generations: 30}, in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true})},
-		"no interference avoidance":           {cfg: policy.PolluxConfig{Seed: 5, DisableInterferenceAvoidance: true, Population: 30, Generations: 30}, in: policytest.ClusterInput(2, 8, 4, 20)},
+		"64 GPUs, 45 jobs, artifact settings": {cfg: pollux.Config{Seed: 42}, in: policytest.ClusterInput(1, 16, 4, 45)},
+		"odd cluster, p = +1":                 {cfg: pollux.Config{Seed: -3, FairnessP: 1, Population: 30, Generations: 30}, in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true})},
+		"no interference avoidance":           {cfg: pollux.Config{Seed: 5, DisableInterferenceAvoidance: true, Population: 30, Generations: 30}, in: policytest.ClusterInput(2, 8, 4, 20)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -214,7 +215,7 @@ func TestPolluxKnownOptimum(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := newPollux(t, policy.PolluxConfig{Seed: 1, FairnessP: tc.p})
+			p := newPollux(t, pollux.Config{Seed: 1, FairnessP: tc.p})
 			got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("allocation (-want +got):\n%s", diff)
@@ -235,7 +236,7 @@ func TestPolluxFairnessShiftsGPUs(t *testing.T) {
 		policytest.Job("c").GPUs(0, 8).Goodput(policytest.Linear()).Age(1e6).Submitted(2),
 		policytest.Job("flat").GPUs(0, 8).Goodput(policytest.Flat()).Age(1e6).Submitted(3),
 	)
-	p := newPollux(t, policy.PolluxConfig{Seed: 3})
+	p := newPollux(t, pollux.Config{Seed: 3})
 	got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
 	for _, j := range jobs {
 		if len(got[j.ID]) == 0 {
@@ -282,7 +283,7 @@ func TestPolluxRestartPenalty(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			jobs := policytest.Jobs(policytest.Job("j").GPUs(1, 4).Goodput(tc.model).Age(tc.age).Restarts(tc.restarts))
-			p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: tc.hysteresis, GrowthHysteresis: tc.growth})
+			p := newPollux(t, pollux.Config{Seed: 1, RestartHysteresis: tc.hysteresis, GrowthHysteresis: tc.growth})
 			got := optimize(t, p, policy.Input{Now: tc.age, Jobs: jobs, Nodes: nodes, Current: current})
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("allocation (-want +got):\n%s", diff)
@@ -306,7 +307,7 @@ func TestPolluxServiceWeight(t *testing.T) {
 		weight float64
 		want   string
 	}{{-1, "old"}, {0, "new"}, {3600, "new"}} {
-		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1, ServiceWeight: tc.weight}), in)
+		got := optimize(t, newPollux(t, pollux.Config{Seed: 1, ServiceWeight: tc.weight}), in)
 		want := policy.Allocations{tc.want: {"n00"}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("service weight %v: allocation (-want +got):\n%s", tc.weight, diff)
@@ -325,7 +326,7 @@ func TestPolluxRestartTimePerJob(t *testing.T) {
 	)
 	jobs[1].RestartTime = 1500 // factor max(3000 − 1500, 0)/(3000 + 1500) = 1/3
 	current := policy.Allocations{"quick": {"n00", "n00"}, "slow": {"n01", "n01"}}
-	p := newPollux(t, policy.PolluxConfig{Seed: 1, RestartHysteresis: -1})
+	p := newPollux(t, pollux.Config{Seed: 1, RestartHysteresis: -1})
 	got := optimize(t, p, policy.Input{Now: 3000, Jobs: jobs, Nodes: nodes, Current: current})
 	want := policy.Allocations{"quick": {"n00", "n00", "n00", "n00"}, "slow": {"n01", "n01"}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -348,11 +349,11 @@ func TestPolluxAvoidsInterference(t *testing.T) {
 	in := policy.Input{Now: 1e6, Jobs: policytest.Jobs(builders...), Nodes: nodes}
 	sharedWithout := 0
 	for seed := range int64(5) {
-		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: seed}), in)
+		got := optimize(t, newPollux(t, pollux.Config{Seed: seed}), in)
 		if err := policytest.Check(in, got, policytest.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
 			t.Errorf("seed %d with avoidance: %v (allocation %v)", seed, err, got)
 		}
-		without := optimize(t, newPollux(t, policy.PolluxConfig{Seed: seed, DisableInterferenceAvoidance: true}), in)
+		without := optimize(t, newPollux(t, pollux.Config{Seed: seed, DisableInterferenceAvoidance: true}), in)
 		if err := policytest.Check(in, without, policytest.CheckOptions{NodeOrder: true}); err != nil {
 			t.Errorf("seed %d without avoidance: %v", seed, err)
 		}
@@ -375,7 +376,7 @@ func TestPolluxMinReplicas(t *testing.T) {
 		policytest.Job("y").GPUs(1, 4).Goodput(policytest.Typical()).Age(1e6).Submitted(2),
 	)
 	for seed := range int64(10) {
-		got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: seed}), policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
+		got := optimize(t, newPollux(t, pollux.Config{Seed: seed}), policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
 		if err := policytest.Check(policy.Input{Jobs: jobs, Nodes: nodes}, got, policytest.CheckOptions{}); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
 		}
@@ -388,7 +389,7 @@ func TestPolluxSeedsFromPreviousRound(t *testing.T) {
 	// previous round's population carries over (job and node IDs mapped),
 	// so later rounds find at least the fitness of the first.
 	in := policytest.ClusterInput(9, 4, 4, 8)
-	p := newPollux(t, policy.PolluxConfig{Seed: 2})
+	p := newPollux(t, pollux.Config{Seed: 2})
 	var outs []policy.Allocations
 	var fitness []float64
 	for range 4 {
@@ -424,7 +425,7 @@ func TestPolluxMemoisesSpeedups(t *testing.T) {
 	in := policytest.ClusterInput(4, 4, 4, 6)
 	in.Jobs[0].Goodput = counter
 	in.Jobs[0].MaxReplicas = 8
-	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	p := newPollux(t, pollux.Config{Seed: 1})
 	optimize(t, p, in)
 	// Shapes: 1..8 GPUs on 1..min(k, 4) nodes = 1+2+3+4·5 = 26, plus base.
 	if counter.Calls > 27 || counter.Calls == 0 {
@@ -440,7 +441,7 @@ func TestPolluxOutputFormat(t *testing.T) {
 		policytest.Job("wide").GPUs(4, 4).Goodput(policytest.Linear()).Age(1e6),
 		policytest.Job("idle").GPUs(1, 1).Goodput(policytest.Linear()).Age(1e6).Attained(1e9),
 	)
-	got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1}), policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
+	got := optimize(t, newPollux(t, pollux.Config{Seed: 1}), policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes})
 	want := policy.Allocations{"wide": {"z", "z", "a", "a"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("allocation (-want +got):\n%s", diff)
@@ -456,7 +457,7 @@ func TestPolluxEmptyInputs(t *testing.T) {
 	}
 	for name, in := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := optimize(t, newPollux(t, policy.PolluxConfig{}), in)
+			got := optimize(t, newPollux(t, pollux.Config{}), in)
 			if diff := cmp.Diff(policy.Allocations{}, got); diff != "" {
 				t.Errorf("allocation (-want +got):\n%s", diff)
 			}
@@ -488,7 +489,7 @@ func TestPolluxRejectsInvalidInput(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			in := good()
 			tc.edit(&in)
-			_, err := newPollux(t, policy.PolluxConfig{}).Optimize(context.Background(), in)
+			_, err := newPollux(t, pollux.Config{}).Optimize(context.Background(), in)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Optimize error = %v, want one containing %q", err, tc.want)
 			}
@@ -515,13 +516,13 @@ func TestPolluxContext(t *testing.T) {
 	t.Run("done before the round", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		out, err := newPollux(t, policy.PolluxConfig{}).Optimize(ctx, in)
+		out, err := newPollux(t, pollux.Config{}).Optimize(ctx, in)
 		if !errors.Is(err, context.Canceled) || out != nil {
 			t.Errorf("Optimize = %v, %v; want nil, context.Canceled", out, err)
 		}
 	})
 	t.Run("done during the round", func(t *testing.T) {
-		p := newPollux(t, policy.PolluxConfig{Seed: 1})
+		p := newPollux(t, pollux.Config{Seed: 1})
 		// One Err call before the search, then five generations.
 		out, err := p.Optimize(&cancelAfter{Context: context.Background(), n: 6}, in)
 		if err != nil {
@@ -539,7 +540,7 @@ func TestPolluxContext(t *testing.T) {
 
 func TestPolluxStats(t *testing.T) {
 	in := policytest.ClusterInput(6, 16, 4, 45)
-	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	p := newPollux(t, pollux.Config{Seed: 1})
 	optimize(t, p, in)
 	st := p.LastStats()
 	if st.Round != 1 || st.Jobs != 45 || st.Nodes != 16 || st.Seeds != 1 || st.Generations != 100 {
@@ -555,8 +556,8 @@ func TestPolluxStats(t *testing.T) {
 	}
 }
 
-func ExamplePolluxPolicy_Optimize() {
-	p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1})
+func ExamplePolicy_Optimize() {
+	p, err := pollux.New(pollux.Config{Seed: 1})
 	if err != nil {
 		panic(err)
 	}
@@ -606,7 +607,7 @@ func TestPolluxFewerFreeGPUsThanNodes(t *testing.T) {
 		policytest.Job("j2").GPUs(1, 4).Goodput(strictModel{policytest.Linear()}).Age(1e6).Submitted(1),
 	)
 	in := policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes}
-	got := optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1}), in)
+	got := optimize(t, newPollux(t, pollux.Config{Seed: 1}), in)
 	if err := policytest.Check(in, got, policytest.CheckOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +628,7 @@ func TestPolluxKeepsRestoringJob(t *testing.T) {
 	jobs[1].Restoring = true
 	current := policy.Allocations{"running": {"n00", "n00"}, "restoring": {"n01", "n01"}}
 	for _, move := range []bool{false, true} {
-		p := newPollux(t, policy.PolluxConfig{Seed: 1, MoveRestoring: move})
+		p := newPollux(t, pollux.Config{Seed: 1, MoveRestoring: move})
 		got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes, Current: current})
 		want := policy.Allocations{"running": {"n00", "n00", "n00", "n00"}, "restoring": {"n01", "n01"}}
 		if move {
@@ -654,7 +655,7 @@ func TestPolluxKeepsRestoringJobFromPreemption(t *testing.T) {
 	}
 	current := policy.Allocations{"old": {"n00", "n00", "n00", "n00"}}
 	for _, move := range []bool{false, true} {
-		p := newPollux(t, policy.PolluxConfig{Seed: 1, MoveRestoring: move})
+		p := newPollux(t, pollux.Config{Seed: 1, MoveRestoring: move})
 		got := optimize(t, p, policy.Input{Now: 1e6, Jobs: jobs, Nodes: nodes, Current: current})
 		kept := cmp.Equal(got["old"], current["old"])
 		if kept == move {
@@ -670,7 +671,7 @@ func TestPolluxKeepsRestoringJobFromPreemption(t *testing.T) {
 		{ID: "big", Age: 1e4, MaxReplicas: 16, Goodput: policytest.Linear()},
 	}
 	current = policy.Allocations{"dist": {"n00", "n00", "n01", "n01"}}
-	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	p := newPollux(t, pollux.Config{Seed: 1})
 	in := policy.Input{Now: 1e4, Jobs: jobs, Nodes: nodes, Current: current}
 	got := optimize(t, p, in)
 	if !cmp.Equal(got["dist"], current["dist"]) {
@@ -701,7 +702,7 @@ func TestPolluxKeepsRestoringJobFromPreemption(t *testing.T) {
 	}
 	current = policy.Allocations{"capped": {"n00", "n00", "n00"}, "shrunk": {"n01", "n01", "n01"}}
 	in = policy.Input{Now: 1e4, Jobs: jobs, Nodes: nodes, Current: current}
-	got = optimize(t, newPollux(t, policy.PolluxConfig{Seed: 1}), in)
+	got = optimize(t, newPollux(t, pollux.Config{Seed: 1}), in)
 	if err := policytest.Check(in, got, policytest.CheckOptions{}); err != nil {
 		t.Errorf("restoring jobs out of bounds or capacity: %v", err)
 	}
@@ -727,7 +728,7 @@ func TestPolluxStallGenerations(t *testing.T) {
 		{"10, 128 GPUs", 10, large, true},
 		{"off, 64 GPUs", -1, small, false},
 	} {
-		p, err := policy.NewPollux(policy.PolluxConfig{Seed: 1, StallGenerations: tc.stall})
+		p, err := pollux.New(pollux.Config{Seed: 1, StallGenerations: tc.stall})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -760,7 +761,7 @@ func TestPolluxNoSwapsAmongEquals(t *testing.T) {
 			Goodput: policytest.Synthetic{Serial: 0.05, Parallel: 1, Comm: 0.01, NodeComm: 0.02}}
 		in.Jobs = append(in.Jobs, j)
 	}
-	p := newPollux(t, policy.PolluxConfig{Seed: 1})
+	p := newPollux(t, pollux.Config{Seed: 1})
 	in.Current = optimize(t, p, in)
 	if len(in.Current) != 8 {
 		t.Fatalf("first round: %d jobs got GPUs, want 8: %v", len(in.Current), in.Current)
@@ -791,7 +792,7 @@ func TestPolluxGrowthExemptOnLargeClusters(t *testing.T) {
 		// Goodput on 1, 2, 4 GPUs: 1, 1.18, 1.29.
 		in.Jobs = []policy.Job{{ID: "job", Age: 1e5, MaxReplicas: 4, NumRestarts: 1,
 			Goodput: policytest.Synthetic{Serial: 0.7, Parallel: 0.3}}}
-		p := newPollux(t, policy.PolluxConfig{Seed: 1, GrowthHysteresis: map[bool]float64{true: -1}[tc.exempt]})
+		p := newPollux(t, pollux.Config{Seed: 1, GrowthHysteresis: map[bool]float64{true: -1}[tc.exempt]})
 		out := optimize(t, p, in)
 		if got := len(out["job"]) > 1; got != tc.grows {
 			t.Errorf("%s: allocation %v, want growth %v", tc.name, out["job"], tc.grows)

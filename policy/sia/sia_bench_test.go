@@ -1,12 +1,12 @@
-package policy_test
+package sia_test
 
 import (
 	"context"
 	"fmt"
 	"testing"
 
-	"github.com/pollux-nomad/pollux/policy"
 	pt "github.com/pollux-nomad/pollux/policy/policytest"
+	"github.com/pollux-nomad/pollux/policy/sia"
 )
 
 // BenchmarkSiaOptimize measures one Sia round on the artifact's 3-type
@@ -19,12 +19,12 @@ func BenchmarkSiaOptimize(b *testing.B) {
 	for _, size := range []struct{ k, jobs int }{{1, 30}, {1, 60}, {32, 500}, {32, 1000}, {32, 2000}} {
 		b.Run(fmt.Sprintf("gpus=%d/jobs=%d", 64*size.k, size.jobs), func(b *testing.B) {
 			in := pt.TypedClusterInput(1, pt.SiaCluster(size.k), size.jobs)
-			p, err := policy.NewSia(policy.SiaConfig{MaxNodesByType: "a100=2,rtx2080ti=3,t4=16"})
+			p, err := sia.New(sia.Config{MaxNodesByType: "a100=2,rtx2080ti=3,t4=16"})
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			cpu0 := processCPU()
+			cpu0 := pt.ProcessCPU()
 			n := 0
 			for b.Loop() {
 				if _, err := p.Optimize(ctx, in); err != nil {
@@ -33,7 +33,7 @@ func BenchmarkSiaOptimize(b *testing.B) {
 				n++
 			}
 			// CPU time per round varies less with the machine's load.
-			b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
+			b.ReportMetric((pt.ProcessCPU()-cpu0).Seconds()*1e3/float64(n), "cpu-ms/op")
 			st := p.LastStats()
 			b.ReportMetric(float64(st.Nodes), "bb-nodes/op")
 			b.ReportMetric(st.Gap*100, "gap-%")
