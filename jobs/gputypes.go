@@ -152,19 +152,16 @@ func (c Config) typed() bool { return c.GPUTypeSource != "" }
 // none) hold GPUs of more than one type. Only such a cluster pools the
 // profiles of the jobs of one model, and one whose GPUs are all of one
 // type is scheduled as an untyped one would be, however its types are
-// read.
+// read. It counts the distinct types and asks the policy's predicate,
+// which the simulator uses too.
 func SeveralGPUTypes(nodeType map[string]string) bool {
-	first := ""
+	types := map[string]bool{}
 	for _, t := range nodeType {
-		switch {
-		case t == "":
-		case first == "":
-			first = t
-		case t != first:
-			return true
+		if t != "" {
+			types[t] = true
 		}
 	}
-	return false
+	return policy.SeveralTypes(len(types))
 }
 
 // speed is a GPU type's relative per-GPU speed (1 if unknown).
