@@ -67,6 +67,13 @@ type BatchBounds struct {
 	Accumulation bool `json:"accumulation"`
 }
 
+// OtherJob is a job Pollux does not manage that holds GPUs on a node.
+type OtherJob struct {
+	// Job is the job's ID, "namespace/ID" outside the default namespace.
+	Job  string `json:"job"`
+	GPUs int    `json:"gpus"`
+}
+
 // NodeStatus is one node of the cluster map in the status document.
 type NodeStatus struct {
 	ID   string `json:"id"`
@@ -75,6 +82,9 @@ type NodeStatus struct {
 	// does not manage.
 	GPUs  int `json:"gpus"`
 	Other int `json:"other,omitempty"`
+	// OtherJobs names the jobs behind Other, by name, GPUs held on this
+	// node (their sum is Other); optional.
+	OtherJobs []OtherJob `json:"other_jobs,omitempty"`
 	// GPUType is the node's GPU type (the profile type its model name
 	// maps to); empty when the controller does not tell types apart.
 	GPUType string `json:"gpu_type,omitempty"`

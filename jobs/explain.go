@@ -224,7 +224,7 @@ func gpusWords(n int) string {
 func (c *Controller) explain(r *round) {
 	cfg, status, stats, read, entries, in, next := r.cfg, r.status, r.stats, r.read, r.entries, r.in, r.next
 	for _, n := range r.nodes {
-		ns := NodeStatus{ID: n.ID, Name: n.Name, GPUs: n.GPUs, Other: n.UsedByOthers}
+		ns := NodeStatus{ID: n.ID, Name: n.Name, GPUs: n.GPUs, Other: n.UsedByOthers, OtherJobs: n.OtherJobs}
 		if cfg.typed() {
 			ns.GPUType = c.typer.typeOf(cfg, n.GPUModel)
 		}

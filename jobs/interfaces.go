@@ -76,6 +76,9 @@ type Node struct {
 	// UsedByOthers counts the GPUs held by allocations of jobs the
 	// controller does not manage (they are not Pollux's to give).
 	UsedByOthers int
+	// OtherJobs names the jobs behind UsedByOthers, sorted by name (the
+	// status page shows who holds the GPUs Pollux cannot give).
+	OtherJobs []contract.OtherJob
 	// GPUModel is the node's GPU model name from the configured GPU type
 	// source (the device's name, or a node meta key or attribute); empty
 	// when GPU types are off or the node has none.

@@ -666,9 +666,27 @@ func (c *Client) nodes(ctx context.Context, tagged map[jobs.JobRef]bool) ([]jobs
 			return nil, err
 		}
 		out[i].UsedByOthers += n
+		if n > 0 {
+			out[i].OtherJobs = addOther(out[i].OtherJobs, jobs.JobRef{Namespace: cmp.Or(a.Namespace, "default"), ID: a.JobID}, n)
+		}
 	}
 	slices.SortFunc(out, func(a, b jobs.Node) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
 	return out, nil
+}
+
+// addOther adds n GPUs of job to others, kept sorted by name; a job
+// outside the default namespace is named "namespace/ID".
+func addOther(others []contract.OtherJob, job jobs.JobRef, n int) []contract.OtherJob {
+	name := job.ID
+	if job.Namespace != "default" {
+		name = job.Namespace + "/" + job.ID
+	}
+	i, found := slices.BinarySearchFunc(others, name, func(o contract.OtherJob, name string) int { return cmp.Compare(o.Job, name) })
+	if found {
+		others[i].GPUs += n
+		return others
+	}
+	return slices.Insert(others, i, contract.OtherJob{Job: name, GPUs: n})
 }
 
 // taggedJobs returns the set of jobs the controller manages.

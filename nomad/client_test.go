@@ -574,11 +574,11 @@ func TestNodes(t *testing.T) {
 	}{
 		"all nodes": {nomad.Config{}, []jobs.Node{
 			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 0},
-			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 3},
+			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 3, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}}},
 		}},
 		"device given as type only": {nomad.Config{Device: "file"}, []jobs.Node{
 			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 0},
-			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 3},
+			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 3, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}}},
 		}},
 		"another device type": {nomad.Config{Device: "nvidia/gpu"}, []jobs.Node{
 			{ID: ids["client-1"], Name: "client-1"},
@@ -586,8 +586,8 @@ func TestNodes(t *testing.T) {
 		}},
 		"another node pool": {nomad.Config{NodePool: "gpu-pool"}, nil},
 		"only another namespace managed: the tagged job counts as others'": {nomad.Config{Namespaces: []string{"other"}}, []jobs.Node{
-			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 2},
-			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 4},
+			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 2, OtherJobs: []contract.OtherJob{{Job: own, GPUs: 2}}},
+			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 4, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}, {Job: own, GPUs: 1}}},
 		}},
 	}
 	for name, tc := range tests {

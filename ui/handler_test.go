@@ -47,7 +47,11 @@ func testSnapshot() *Snapshot {
 	explainHostile := jobs.Explain(jobs.ExplainInput{State: jobs.StateInvalid, Error: "pollux_init_batch_size: not an integer: \"<script>alert(1)</script>\""})
 	st := &jobs.Status{Round: 42, Time: t0, Instance: "host-a/alloc-1", Nodes: 2, GPUs: 6,
 		Timings: map[string]float64{"snapshot": 3, "fit": 1, "optimize": 20, "apply": 5, "total": 29},
-		NodeMap: []jobs.NodeStatus{{ID: "n1", Name: "client-1", GPUs: 4}, {ID: "n2", Name: "client-2", GPUs: 4, Other: 1, GPUType: "a100"}},
+		NodeMap: []jobs.NodeStatus{
+			{ID: "n1", Name: "client-1", GPUs: 4, Other: 1, OtherJobs: []contract.OtherJob{{Job: "analytics/notebook", GPUs: 1}}},
+			// Two GPUs held by others, one of them by a job the status names.
+			{ID: "n2", Name: "client-2", GPUs: 4, Other: 2, OtherJobs: []contract.OtherJob{{Job: "etl-nightly", GPUs: 1}}, GPUType: "a100"},
+		},
 		Jobs: []jobs.JobStatus{
 			{Job: "default/a", State: jobs.StateScheduled, GPUs: 2, Submitted: &sub, Restarts: 1,
 				Decision: &jobs.Decision{BatchSize: 512, LocalBsz: 256, NumReplicas: 2, NumNodes: 1, LR: 0.2, Placement: "n1:2"},
@@ -98,11 +102,13 @@ func TestOverview(t *testing.T) {
 	for _, m := range cellRE.FindAllStringSubmatch(body, -1) {
 		cells = append(cells, m[1]+":"+m[2])
 	}
-	want := "pollux:default/a pollux:default/a free: free: pollux:default/b held:default/bad other: free:"
+	want := "pollux:default/a pollux:default/a other:analytics/notebook free: pollux:default/b held:default/bad other:etl-nightly other:"
 	if got := strings.Join(cells, " "); got != want {
 		t.Errorf("map cells\n got %s\nwant %s", got, want)
 	}
-	for _, s := range []string{`id="round">42<`, "host-a/alloc-1", `data-reason="invalid_meta"`, "invalid meta pollux_init_lr", "29.0", "no_metrics", "1.0h", `data-node="n2" data-node-name="client-2" data-gpu-type="a100"`, "client-2 (4 a100)"} {
+	for _, s := range []string{`id="round">42<`, "host-a/alloc-1", `data-reason="invalid_meta"`, "invalid meta pollux_init_lr", "29.0", "no_metrics", "1.0h", `data-node="n2" data-node-name="client-2" data-gpu-type="a100"`, "client-2 (4 a100)",
+		// Jobs Pollux does not manage are named in the legend and in their GPUs' titles.
+		"etl-nightly (1, not a Pollux job)", "notebook (1, not a Pollux job)", "<title>GPU 2: etl-nightly (not a Pollux job)</title>", "<title>GPU 3: a job Pollux does not manage</title>"} {
 		if !strings.Contains(body, s) {
 			t.Errorf("page lacks %q", s)
 		}

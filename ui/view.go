@@ -70,6 +70,8 @@ type clusterMap struct {
 	Width, Height int
 	Nodes         []nodeRow
 	Legend        []legendEntry
+	// Others are the jobs Pollux does not manage that hold GPUs, by name.
+	Others []legendEntry
 }
 
 type legendEntry struct {
@@ -178,6 +180,7 @@ func buildMap(st *jobs.Status, colors map[string]string) clusterMap {
 	}
 	perNode := map[string][]holder{}
 	totals := map[string]*legendEntry{}
+	others := map[string]int{} // GPUs per job Pollux does not manage
 	for _, j := range st.Jobs {
 		kind := kindPollux
 		if j.State != jobs.StateScheduled {
@@ -201,8 +204,14 @@ func buildMap(st *jobs.Status, colors map[string]string) clusterMap {
 	for _, n := range nodes {
 		hs := perNode[n.ID]
 		sort.SliceStable(hs, func(a, b int) bool { return hs[a].job < hs[b].job })
-		if n.Other > 0 {
-			hs = append(hs, holder{"", kindOther, n.Other})
+		named := 0
+		for _, o := range n.OtherJobs {
+			hs = append(hs, holder{o.Job, kindOther, o.GPUs})
+			named += o.GPUs
+			others[o.Job] += o.GPUs
+		}
+		if n.Other > named { // a status without names
+			hs = append(hs, holder{"", kindOther, n.Other - named})
 		}
 		row := nodeRow{Y: y, TextY: y + gpuSize/2 + 5, Name: n.Name, ID: n.ID, GPUs: n.GPUs, Type: n.GPUType}
 		if row.Name == "" {
@@ -216,6 +225,9 @@ func buildMap(st *jobs.Status, colors map[string]string) clusterMap {
 				c.Fill, c.Title = "#ffffff", fmt.Sprintf("GPU %d: free", i)
 			case kindOther:
 				c.Fill, c.Title = "#9e9e9e", fmt.Sprintf("GPU %d: a job Pollux does not manage", i)
+				if job != "" {
+					c.Title = fmt.Sprintf("GPU %d: %s (not a Pollux job)", i, job)
+				}
 			default:
 				c.Fill, c.Title = colors[job], fmt.Sprintf("GPU %d: %s (%s)", i, job, kind)
 			}
@@ -243,6 +255,10 @@ func buildMap(st *jobs.Status, colors map[string]string) clusterMap {
 		m.Legend = append(m.Legend, *e)
 	}
 	sort.Slice(m.Legend, func(a, b int) bool { return m.Legend[a].Job < m.Legend[b].Job })
+	for job, n := range others {
+		m.Others = append(m.Others, legendEntry{Job: job, Fill: "#9e9e9e", Kind: kindOther, GPUs: n})
+	}
+	sort.Slice(m.Others, func(a, b int) bool { return m.Others[a].Job < m.Others[b].Job })
 	return m
 }
 
