@@ -145,21 +145,7 @@ func (c *Controller) wave(ctx context.Context, r *round, p Plan, steps []int, ob
 func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int, x *applying) bool {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout+time.Duration(len(idx)/zeroConcurrency+1)*time.Second)
 	defer cancel()
-	intents := make([]KVPair, 0, len(idx))
-	for _, i := range idx {
-		s := &p.Steps[i]
-		e := r.entries[s.Index]
-		x.obs.Done[s.Job] = true
-		c.begin1(e, s)
-		c.intend(r, e, s.Alloc, s.Decision)
-		raw, _ := json.Marshal(e.state)
-		intents = append(intents, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
-	}
-	failed, err := r.kv.putMany(actx, intents)
-	if err != nil && !r.kv.down(err) {
-		c.log.Warn("failed to record writes ahead; holding those jobs", "jobs", len(failed), "error", err)
-		c.metrics.incError("write_state")
-	}
+	failed := c.intendAll(actx, r, p, idx, x.obs)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, zeroConcurrency)
@@ -205,6 +191,27 @@ func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int,
 		c.metrics.incError("write_state")
 	}
 	return all
+}
+
+// intendAll records the intents of a park op's writes (write-ahead) in
+// batched transactions and returns the state keys it failed to write.
+func (c *Controller) intendAll(ctx context.Context, r *round, p Plan, idx []int, obs *Observed) map[string]bool {
+	intents := make([]KVPair, 0, len(idx))
+	for _, i := range idx {
+		s := &p.Steps[i]
+		e := r.entries[s.Index]
+		obs.Done[s.Job] = true
+		c.begin1(e, s)
+		c.intend(r, e, s.Alloc, s.Decision)
+		raw, _ := json.Marshal(e.state)
+		intents = append(intents, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
+	}
+	failed, err := r.kv.putMany(ctx, intents)
+	if err != nil && !r.kv.down(err) {
+		c.log.Warn("failed to record writes ahead; holding those jobs", "jobs", len(failed), "error", err)
+		c.metrics.incError("write_state")
+	}
+	return failed
 }
 
 // deferStep records a step's decision in the job's status without

@@ -29,6 +29,9 @@ type fixture struct {
 	// traits, if set, are the scripted policy's (default: the registry's
 	// for the configured name).
 	traits *policy.Traits
+	// slow hands controllers the cluster without its fast-path readers
+	// (jobstest.Cluster.Plain).
+	slow bool
 }
 
 // scripted is a policy that returns the allocation a test set, and
@@ -93,8 +96,12 @@ func newFixture(t *testing.T, nodes map[string]int) *fixture {
 // stand-ins, fenced by its lock.
 func (f *fixture) controller(instance string) *jobs.Controller {
 	f.t.Helper()
+	var cluster jobs.Cluster = f.cluster
+	if f.slow {
+		cluster = f.cluster.Plain()
+	}
 	c, err := jobs.New(f.cfg, jobs.Options{
-		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
+		Cluster: cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
 		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
 		Traits: func(name string) (policy.Traits, error) {
 			if f.traits != nil {

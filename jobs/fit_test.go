@@ -11,10 +11,10 @@ import (
 )
 
 // TestFitsOfManyJobs: when many metrics documents are new in one round
-// the controller fits them on all cores (fitAll), GPU types or not; every job's saved model
-// must be the one fitting its own document alone gives, a bad document
-// must be rejected for its job only, and a document that did not change
-// must not be refitted.
+// the controller fits them on all cores (fitAll), GPU types or not;
+// every job's saved model must be the one fitting its own document alone
+// gives, a bad document must be rejected for its job only, and a
+// document that did not change must not be refitted.
 func TestFitsOfManyJobs(t *testing.T) {
 	t.Run("untyped", func(t *testing.T) { fitsOfManyJobs(t, false) })
 	t.Run("typed", func(t *testing.T) { fitsOfManyJobs(t, true) })

@@ -196,3 +196,66 @@ func TestParkBudget(t *testing.T) {
 		break
 	}
 }
+
+// TestFastAndSlowPaths: the same rounds over the stand-in cluster with
+// its fast-path readers (jobs Nomad queued and jobs the controller
+// parked described from the job list) and without them (every job read)
+// end with the same jobs and the same status lines; the fast path is
+// taken for the queued jobs of the first round, the parked ones of the
+// next, and a new leader invalidates what the cluster cached.
+func TestFastAndSlowPaths(t *testing.T) {
+	type outcome struct {
+		jobs  []string
+		lines []string
+		fast  jobstest.FastReads
+	}
+	run := func(slow bool) outcome {
+		f := newFixture(t, map[string]int{"n1": 2})
+		f.slow = slow
+		refs := make([]jobs.JobRef, 6)
+		for i := range refs {
+			refs[i] = f.submit(fmt.Sprintf("p%d", i), 1)
+		}
+		// Nomad runs p0 and p1; the policy keeps p0, stops p1 and gives
+		// its GPU to p2, which Nomad queued.
+		f.policy.set(map[string][]string{"p0": {"n1"}, "p2": {"n1"}})
+		var out outcome
+		c := f.controller("one")
+		c.TakeOver(context.Background())
+		for round := range 3 {
+			if round == 2 {
+				c = f.controller("two")
+				c.TakeOver(context.Background())
+			}
+			st := f.round(c)
+			for _, l := range st.Jobs {
+				out.lines = append(out.lines, fmt.Sprintf("%d %s %s gpus=%d applied=%v changed=%v error=%q", round, l.Job, l.State, l.GPUs, l.Applied, l.Changed, l.Error))
+			}
+			f.clock.Advance(time.Minute)
+		}
+		for _, ref := range refs {
+			j := f.job(ref)
+			// Not the index: parallel writes land in any order.
+			out.jobs = append(out.jobs, fmt.Sprintf("%s placement=%s running=%s unshaped=%v", ref.ID,
+				contract.FormatPlacement(j.Placement), contract.FormatPlacement(j.Running), j.Unshaped))
+		}
+		out.fast = f.cluster.FastReads()
+		return out
+	}
+	fast, slow := run(false), run(true)
+	if strings.Join(fast.jobs, "\n") != strings.Join(slow.jobs, "\n") {
+		t.Errorf("jobs differ:\nfast path:\n%s\nslow path:\n%s", strings.Join(fast.jobs, "\n"), strings.Join(slow.jobs, "\n"))
+	}
+	if strings.Join(fast.lines, "\n") != strings.Join(slow.lines, "\n") {
+		t.Errorf("status lines differ:\nfast path:\n%s\nslow path:\n%s", strings.Join(fast.lines, "\n"), strings.Join(slow.lines, "\n"))
+	}
+	// Round 0: p2..p5 queued (Nomad had no GPU for them). Rounds 1 and
+	// 2: p1, p3..p5 parked, each round. Each leader's TakeOver found
+	// another's term (or none): two invalidations.
+	if want := (jobstest.FastReads{Queued: 4, Parked: 8, Invalidated: 2}); fast.fast != want {
+		t.Errorf("fast path: %+v, want %+v", fast.fast, want)
+	}
+	if slow.fast != (jobstest.FastReads{}) {
+		t.Errorf("slow path used the fast readers: %+v", slow.fast)
+	}
+}

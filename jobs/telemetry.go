@@ -66,7 +66,7 @@ func NewTelemetry() *Telemetry {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pollux_errors_total", Help: "Errors by kind.",
 		}, []string{"kind"}),
-		// No Objectives: a summary of _sum and _count only, as before.
+		// No Objectives: a summary of _sum and _count only (what the dashboards read).
 		phase: prometheus.NewSummaryVec(prometheus.SummaryOpts{
 			Name: "pollux_round_phase_seconds",
 			Help: "Time spent in each phase of a round (total = whole round, optimize = policy time).",

@@ -15,7 +15,11 @@ import (
 
 // Cluster is an in-memory Nomad with GPU nodes and Pollux jobs (see the
 // package documentation for what it shares with Nomad). It implements
-// jobs.Cluster and jobs.Placer.
+// jobs.Cluster and jobs.Placer, and the fast paths the Nomad adapter
+// offers (jobs.ListedReader, jobs.QueuedReader, jobs.ParkedReader,
+// jobs.ListedNodes, jobs.Invalidator, jobs.GPUTypeSourcer), so that a
+// controller's unit tests run the reads a real round makes; Plain hides
+// them, for the slow path.
 type Cluster struct {
 	clock *Clock
 
@@ -27,6 +31,32 @@ type Cluster struct {
 	// changed is closed (and replaced) on every write.
 	changed chan struct{}
 	hooks   Hooks
+	// listed is what the last ListJobs showed of each job (nil after
+	// Invalidate); fast counts the reads described from it.
+	listed map[jobs.JobRef]listing
+	fast   FastReads
+	// source is the GPU type source the controller set: without one,
+	// nodes report no GPU model, as the Nomad adapter's do.
+	source jobs.GPUTypeSource
+}
+
+// FastReads counts the reads a Cluster answered from its job list alone.
+type FastReads struct {
+	// Parked and Queued are the jobs ReadParked and ReadQueued described
+	// without reading them; Invalidated counts Invalidate calls.
+	Parked, Queued, Invalidated int
+}
+
+// listing is what a job list shows of one job.
+type listing struct {
+	index, createIndex uint64
+	meta               map[string]string
+	status             string
+	stop               bool
+	submit             time.Time
+	// placed: some of its GPUs run; queued: it is unshaped, asks for
+	// GPUs and Nomad placed none of them.
+	placed, queued bool
 }
 
 // Hooks inject faults around Cluster.Apply.
@@ -48,11 +78,19 @@ type job struct {
 	// models is the GPU type constraint of the last change
 	// (Change.GPUModels).
 	models []string
+	// createIndex is the index of its submission.
+	createIndex uint64
 }
 
 var (
-	_ jobs.Cluster = (*Cluster)(nil)
-	_ jobs.Placer  = (*Cluster)(nil)
+	_ jobs.Cluster        = (*Cluster)(nil)
+	_ jobs.Placer         = (*Cluster)(nil)
+	_ jobs.ListedReader   = (*Cluster)(nil)
+	_ jobs.QueuedReader   = (*Cluster)(nil)
+	_ jobs.ParkedReader   = (*Cluster)(nil)
+	_ jobs.ListedNodes    = (*Cluster)(nil)
+	_ jobs.Invalidator    = (*Cluster)(nil)
+	_ jobs.GPUTypeSourcer = (*Cluster)(nil)
 )
 
 // NewCluster returns a cluster without nodes or jobs; clock stamps
@@ -109,6 +147,7 @@ func (c *Cluster) Submit(id string, meta map[string]string, gpus int) jobs.JobRe
 	c.jobs[ref] = j
 	c.order = append(c.order, ref)
 	c.bump(j)
+	j.createIndex = j.JobModifyIndex
 	return ref
 }
 
@@ -168,6 +207,7 @@ func (c *Cluster) ListJobs(ctx context.Context, waitIndex uint64, wait time.Dura
 	for {
 		c.mu.Lock()
 		refs, idx, changed := c.tagged(), c.index, c.changed
+		c.list(refs)
 		c.mu.Unlock()
 		if waitIndex == 0 || idx > waitIndex {
 			return refs, idx, nil
@@ -226,11 +266,18 @@ func (c *Cluster) view(j *job) jobs.Job {
 	return out
 }
 
-// Nodes returns the nodes with their GPUs.
+// Nodes returns the nodes with their GPUs, and their GPU model names
+// when a GPU type source is set.
 func (c *Cluster) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.nodes), nil
+	out := slices.Clone(c.nodes)
+	if c.source.Kind == "" {
+		for i := range out {
+			out[i].GPUModel = ""
+		}
+	}
+	return out, nil
 }
 
 // Apply writes a change with check-and-set on the job's JobModifyIndex.
@@ -373,4 +420,115 @@ func total(p []jobs.NodeGPUs) int {
 		n += g.GPUs
 	}
 	return n
+}
+
+// list records what a job list shows of refs; c.mu is held.
+func (c *Cluster) list(refs []jobs.JobRef) {
+	c.listed = make(map[jobs.JobRef]listing, len(refs))
+	for _, ref := range refs {
+		j := c.jobs[ref]
+		v := c.view(j)
+		c.listed[ref] = listing{
+			index: j.JobModifyIndex, createIndex: j.createIndex, meta: maps.Clone(j.Meta),
+			status: v.Status, stop: j.Stopped, submit: j.SubmitTime,
+			placed: len(j.Running) > 0, queued: j.Unshaped && j.asks > 0 && len(j.Running) == 0,
+		}
+	}
+}
+
+// ReadListed reads a job right after ListJobs (as ReadJob: the stand-in
+// has nothing to reuse).
+func (c *Cluster) ReadListed(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	return c.ReadJob(ctx, ref)
+}
+
+// ReadParked describes a job from the last ListJobs alone when the list
+// shows it at parkedAt (the controller's write that scaled it to zero)
+// with none of its GPUs running, as the Nomad adapter does; otherwise it
+// reads the job.
+func (c *Cluster) ReadParked(ctx context.Context, ref jobs.JobRef, parkedAt uint64) (jobs.Job, error) {
+	c.mu.Lock()
+	l, ok := c.listed[ref]
+	if !ok || parkedAt == 0 || l.index != parkedAt || l.placed || l.meta[contract.MetaEnabled] != "true" {
+		c.mu.Unlock()
+		return c.ReadJob(ctx, ref)
+	}
+	c.fast.Parked++
+	c.mu.Unlock()
+	return jobs.Job{JobRef: ref, Meta: maps.Clone(l.meta), JobModifyIndex: l.index, Status: l.status, Stopped: l.stop, SubmitTime: l.submit}, nil
+}
+
+// ReadQueued describes a job from the last ListJobs alone when the list
+// shows it as its author submitted it (no write since) with Nomad having
+// placed none of the GPUs it asks for, as the Nomad adapter does:
+// Unshaped and Listed. Otherwise it reads the job.
+func (c *Cluster) ReadQueued(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	c.mu.Lock()
+	l, ok := c.listed[ref]
+	if !ok || l.stop || l.index != l.createIndex || !l.queued || l.placed || l.meta[contract.MetaEnabled] != "true" {
+		c.mu.Unlock()
+		return c.ReadJob(ctx, ref)
+	}
+	c.fast.Queued++
+	c.mu.Unlock()
+	return jobs.Job{JobRef: ref, Meta: maps.Clone(l.meta), JobModifyIndex: l.index, Status: l.status, SubmitTime: l.submit, Unshaped: true, Listed: true}, nil
+}
+
+// NodesFor lists the nodes (as Nodes: the stand-in tells the managed
+// jobs' GPUs from others' without the list).
+func (c *Cluster) NodesFor(ctx context.Context, managed []jobs.JobRef) ([]jobs.Node, error) {
+	return c.Nodes(ctx)
+}
+
+// Invalidate forgets the last job list: every job is read again until
+// the next ListJobs.
+func (c *Cluster) Invalidate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listed = nil
+	c.fast.Invalidated++
+}
+
+// SetGPUTypeSource sets the source of the nodes' GPU model names; with
+// none, Nodes reports no model.
+func (c *Cluster) SetGPUTypeSource(src jobs.GPUTypeSource) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.source = src
+}
+
+// FastReads returns the counts of reads answered from the job list.
+func (c *Cluster) FastReads() FastReads {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fast
+}
+
+// Plain returns c seen as jobs.Cluster and jobs.Placer only: a controller
+// given it reads every job with ReadJob and lists the nodes with Nodes
+// (the slow path). Its nodes report their GPU model names whenever set.
+func (c *Cluster) Plain() jobs.Cluster { return plain{c} }
+
+type plain struct{ c *Cluster }
+
+var _ jobs.Placer = plain{}
+
+func (p plain) ListJobs(ctx context.Context, waitIndex uint64, wait time.Duration) ([]jobs.JobRef, uint64, error) {
+	return p.c.ListJobs(ctx, waitIndex, wait)
+}
+
+func (p plain) ReadJob(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+	return p.c.ReadJob(ctx, ref)
+}
+
+func (p plain) Nodes(ctx context.Context) ([]jobs.Node, error) {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	return slices.Clone(p.c.nodes), nil
+}
+
+func (p plain) Apply(ctx context.Context, ch jobs.Change) (uint64, error) { return p.c.Apply(ctx, ch) }
+
+func (p plain) Placed(ctx context.Context, ref jobs.JobRef, sinceIndex uint64) (bool, string, error) {
+	return p.c.Placed(ctx, ref, sinceIndex)
 }

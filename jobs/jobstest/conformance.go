@@ -91,7 +91,8 @@ func conformKV(t *testing.T, b Backend) {
 // conformCluster: a rewrite at the index the job was read at succeeds and
 // moves the index; at a stale index, or after an operator's edit, it
 // fails with ErrConflict and leaves the job as it was; a blocking list
-// wakes on the rewrite.
+// wakes on the rewrite; the fast-path readers the cluster implements
+// agree with ReadJob, on a job as submitted and on one scaled to zero.
 func conformCluster(t *testing.T, b Backend) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -109,6 +110,12 @@ func conformCluster(t *testing.T, b Backend) {
 	_, listIdx, err := c.ListJobs(ctx, 0, 0)
 	if err != nil {
 		t.Fatalf("list jobs: %v", err)
+	}
+	if lr, ok := c.(jobs.ListedReader); ok {
+		sameRead(ctx, t, c, "ReadListed", ref, lr.ReadListed)
+	}
+	if qr, ok := c.(jobs.QueuedReader); ok {
+		sameRead(ctx, t, c, "ReadQueued", ref, qr.ReadQueued)
 	}
 	change := func(index uint64, round string) jobs.Change {
 		return jobs.Change{Job: ref, JobModifyIndex: index, Placement: place, Meta: map[string]string{contract.MetaRound: round}}
@@ -139,8 +146,42 @@ func conformCluster(t *testing.T, b Backend) {
 	if j3.JobModifyIndex != j2.JobModifyIndex || j3.Meta[contract.MetaRound] != "1" || j3.Meta["conformance"] != "edited" {
 		t.Fatalf("a refused apply changed the job: index %d (was %d), meta %v", j3.JobModifyIndex, j2.JobModifyIndex, j3.Meta)
 	}
-	if i4, err := c.Apply(ctx, change(j2.JobModifyIndex, "2")); err != nil || i4 <= j2.JobModifyIndex {
+	i4, err := c.Apply(ctx, change(j2.JobModifyIndex, "2"))
+	if err != nil || i4 <= j2.JobModifyIndex {
 		t.Fatalf("apply at the index after the edit: %d, %v", i4, err)
+	}
+	// Scaled to zero by the controller: a ParkedReader may describe it
+	// from the list alone, and must agree with a full read.
+	park := change(i4, "3")
+	park.Placement = nil
+	i5, err := c.Apply(ctx, park)
+	if err != nil || i5 <= i4 {
+		t.Fatalf("apply of zero GPUs: %d, %v", i5, err)
+	}
+	if _, _, err := c.ListJobs(ctx, 0, 0); err != nil {
+		t.Fatalf("list jobs: %v", err)
+	}
+	if pr, ok := c.(jobs.ParkedReader); ok {
+		sameRead(ctx, t, c, "ReadParked", ref, func(ctx context.Context, ref jobs.JobRef) (jobs.Job, error) {
+			return pr.ReadParked(ctx, ref, i5)
+		})
+	}
+}
+
+// sameRead checks that a fast-path read of ref right after ListJobs
+// agrees with ReadJob on what the job's spec says: its index, placement
+// and the controller's meta keys.
+func sameRead(ctx context.Context, t *testing.T, c jobs.Cluster, name string, ref jobs.JobRef, read func(context.Context, jobs.JobRef) (jobs.Job, error)) {
+	t.Helper()
+	got, err := read(ctx, ref)
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, ref, err)
+	}
+	want := mustRead(ctx, t, c, ref)
+	if got.JobRef != want.JobRef || got.JobModifyIndex != want.JobModifyIndex || !jobs.SamePlacement(got.Placement, want.Placement) ||
+		got.Meta[contract.MetaEnabled] != want.Meta[contract.MetaEnabled] || got.Meta[contract.MetaRound] != want.Meta[contract.MetaRound] {
+		t.Fatalf("%s %s: index %d, placement %v, meta %v; ReadJob: index %d, placement %v, meta %v",
+			name, ref, got.JobModifyIndex, got.Placement, got.Meta, want.JobModifyIndex, want.Placement, want.Meta)
 	}
 }
 
