@@ -24,8 +24,8 @@ import (
 // It is skipped unless POLLUX_EVAL lists the workloads, comma-separated:
 // "workload-N" (an artifact workload), "philly:START:SEED" (160 jobs drawn
 // from the Philly trace, 8-hour window from START hours) or
-// "big:NODES:JOBS:HOURS:SEED" (JOBS jobs drawn over an HOURS-hour window,
-// on NODES nodes of 4 GPUs). POLLUX_EVAL_SEEDS lists Pollux seeds (default
+// "big:NODES:JOBS:HOURS:SEED[:START]" (JOBS jobs drawn over an HOURS-hour
+// window from START hours, default 2, on NODES nodes of 4 GPUs). POLLUX_EVAL_SEEDS lists Pollux seeds (default
 // 1), POLLUX_EVAL_POLICIES the policies (default pollux),
 // POLLUX_EVAL_CONFIG a policy.PolluxConfig as JSON (Seed is overridden),
 // POLLUX_EVAL_APP_RESTART per-application restart delays
@@ -154,6 +154,7 @@ func TestEval(t *testing.T) {
 						"avg_jct": sum.AvgJCT, "p99_jct": sum.P99JCT, "makespan": sum.Makespan,
 						"restarts_per_job": sum.RestartsPerJob, "opt_ms_median": sum.OptimizeMsMedian,
 						"opt_ms_p95": sum.OptimizeMsP95, "rounds": sum.Rounds, "wall_s": sum.WallSeconds, "restarts_by_app": rstApp,
+						"p50_jct": sum.P50JCT, "reallocations": s.Reallocations(),
 					})
 					mu.Lock()
 					fmt.Println("EVAL " + string(line))
@@ -184,8 +185,16 @@ func evalWorkload(t *testing.T, w string) ([]workload.Job, string, sim.Config) {
 		return jobs, name, sim.Config{}
 	case "big":
 		nodes, n, hours, seed := int(num(1)), int(num(2)), num(3), uint64(num(4))
-		jobs, _ := generatedN(t, n, 2, hours, seed)
-		return jobs, fmt.Sprintf("big-%dgpus-%djobs-%gh-seed%d", nodes*4, n, hours, seed), sim.Config{Nodes: nodes}
+		start := 2.0
+		if len(f) > 5 {
+			start = num(5)
+		}
+		jobs, _ := generatedN(t, n, start, hours, seed)
+		name := fmt.Sprintf("big-%dgpus-%djobs-%gh-seed%d", nodes*4, n, hours, seed)
+		if start != 2 {
+			name += fmt.Sprintf("-start%g", start)
+		}
+		return jobs, name, sim.Config{Nodes: nodes}
 	default:
 		i, err := strconv.Atoi(strings.TrimPrefix(w, "workload-"))
 		if err != nil {

@@ -257,6 +257,8 @@ type Simulator struct {
 	// netScale[app][src][dst] scales a source type's network terms to the
 	// destination type for bootstrapped models (netScales).
 	netScale map[string]map[string]map[string]model.NetworkScale
+	// realloc counts the run's reallocations by kind.
+	realloc Reallocations
 }
 
 // New prepares a simulation of the workload jobs under pol. applications
@@ -503,6 +505,7 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 		if d, ok := s.cfg.JobStartDelay[j.name]; ok && j.restarts < 0 {
 			delay = d.Seconds()
 		}
+		s.countRealloc(j, old, cur, delay)
 		j.reallocate(t, placement, delay)
 	}
 	s.alloc = policy.Allocations{}

@@ -285,6 +285,13 @@ type Config struct {
 	// 0 means TypedStandInKnee (4); a negative value keeps the
 	// stand-in linear. One GPU type: always linear (the artifact's).
 	StandInKnee int
+	// KeepChanges returns the search's best allocation as it is. By
+	// default every change of a job's allocation in it is taken back
+	// when the round's fitness is as good without it (one job at a time,
+	// in priority order), so that no job restarts for a change that does
+	// not pay for its restart: near-neutral changes of jobs whose term
+	// weighs little in the fitness otherwise survive the search.
+	KeepChanges bool
 	// FirstHold H keeps a job on its first allocation (NumRestarts 0,
 	// holding GPUs) until it has held it (Job.Held) for 1 + H restart
 	// times (Job.RestartTime, else RestartPenalty): until then the round
@@ -445,6 +452,9 @@ type Stats struct {
 	StoppedEarly bool
 	// Cancelled is set when the context ended the search early.
 	Cancelled bool
+	// Settled counts the changes of the chosen allocation taken back
+	// because they did not pay for their restarts (Config.KeepChanges).
+	Settled int
 }
 
 // Policy is PolluxSched, the cluster-wide scheduling policy of
@@ -598,6 +608,9 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 			}
 		}
 	}
+	if !cfg.KeepChanges {
+		p.stats.Settled = p.settle(rng, best)
+	}
 	p.stats.FrontSize = front
 	p.stats.BestFitness = -e.f0[best]
 	p.stats.BestUtility = -e.f1[best]
@@ -620,6 +633,40 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 		}
 	}
 	return out, nil
+}
+
+// settle takes back, job by job in priority order, the changes of the
+// chosen solution (slot best) that do not pay for themselves: a job whose
+// allocation the search changed gets its current one back when the
+// round's fitness is at least as good with it, and it returns how many
+// were taken back. On a large cluster a job's term is a small part of the
+// power mean, so the search leaves such rows to drift: a near-neutral
+// mutation of a big job (a GPU more, a few less, other nodes) survives in
+// the chosen solution alongside the gains elsewhere, and each is a
+// restart (at 1024 GPUs, a long job restarted every other round). The
+// fitness already charges a change its restart factor and hysteresis, so
+// a change kept here gains more than its restart costs.
+func (p *Policy) settle(rng *rand.Rand, best int32) int {
+	e, pr := &p.engine, &p.prob
+	tmp := e.alloc()
+	defer e.release(tmp)
+	settled := 0
+	for j := range pr.rows {
+		x := &pr.states[best]
+		base := pr.base.row(j)
+		if slices.Equal(x.row(j), base) {
+			continue
+		}
+		pr.states[tmp].withRow(x, j, base, pr.rows)
+		f0, f1, hash := pr.repairEval(rng, tmp)
+		if f0 > e.f0[best]+polluxTieTolerance*math.Abs(e.f0[best]) {
+			continue
+		}
+		pr.states[best], pr.states[tmp] = pr.states[tmp], pr.states[best]
+		e.f0[best], e.f1[best], e.hash[best] = f0, f1, hash
+		settled++
+	}
+	return settled
 }
 
 // splitRestoring takes out of in the jobs still restoring on their

@@ -210,6 +210,18 @@ func (s *spState) copyFrom(o *spState) {
 	s.ent = append(s.ent[:0], o.ent...)
 }
 
+// withRow makes s a copy of src (rows rows) with row j replaced by row.
+func (s *spState) withRow(src *spState, j int, row []uint32, rows int) {
+	s.start = gaGrow(s.start, rows+1)
+	copy(s.start[:j+1], src.start[:j+1])
+	s.ent = append(append(s.ent[:0], src.ent[:src.start[j]]...), row...)
+	d := int32(len(s.ent)) - src.start[j+1]
+	s.ent = append(s.ent, src.ent[src.start[j+1]:src.start[rows]]...)
+	for k := j + 1; k <= rows; k++ {
+		s.start[k] = src.start[k] + d
+	}
+}
+
 // equal reports whether s and o encode the same matrix.
 func (s *spState) equal(o *spState) bool {
 	return slices.Equal(s.start, o.start) && slices.Equal(s.ent, o.ent)
