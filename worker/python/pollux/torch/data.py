@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 import torch.utils.data
 
-from pollux import checkpoint, report
+from pollux import checkpoint, documents
 from pollux.torch import _core
 
 __all__ = ["AdaptiveDataLoader", "ElasticSampler", "current_dataloader", "plan_step", "local_chunk"]
@@ -186,7 +186,7 @@ class AdaptiveDataLoader:
                 local = hi
         self._local_bsz, self._accum = max(min(local, hi), lo), accum
         try:
-            alloc = report.allocation()
+            alloc = documents.allocation()
         except ValueError as e:
             _log.warning("ignoring the allocation's meta: %s", e)
             alloc = None
