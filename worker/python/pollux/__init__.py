@@ -24,3 +24,12 @@ name of it is first used.
 # The release, the same as `pollux version` of the Go binary (a Go test
 # checks they agree); pyproject.toml reads it from here.
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # pollux.env, pollux.checkpoint... after only `import pollux` (as AdaptDL
+    # scripts use adaptdl.env), imported at first use.
+    if name in ("env", "checkpoint", "collective", "consul", "documents", "report", "rendezvous", "torch"):
+        import importlib
+        return importlib.import_module("pollux." + name)
+    raise AttributeError("module 'pollux' has no attribute %r" % name)
