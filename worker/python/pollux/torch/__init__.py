@@ -31,6 +31,7 @@ _NAMES = {
     "AdaptiveDataParallel": "parallel",
     "GradientNoise": "parallel",
     "Accumulator": "accumulator",
+    "AdaptiveBPTTIterator": "iterator",
 }
 # Submodules reachable as attributes (pollux.torch.scaling_rules...), imported at first use.
 _SUBMODULES = ("scaling_rules", "gradient_noise_scale", "iterator", "data", "parallel", "accumulator", "launch")

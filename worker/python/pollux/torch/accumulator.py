@@ -16,6 +16,7 @@ replicas. The values are checkpointed, so sums survive a restart.
 import collections
 import collections.abc
 import contextlib
+import copy
 import pickle
 import weakref
 
@@ -42,12 +43,13 @@ class _AccumState(checkpoint.State):
 
     def save(self, f):
         o = self._owner()
-        pickle.dump(dict(o._synced) if o is not None else {}, f)
+        pickle.dump({"synced": dict(o._synced), "history": o._history} if o is not None else {}, f)
 
     def load(self, f):
         o = self._owner()
         if o is not None:
-            o._synced = dict(pickle.load(f))
+            d = pickle.load(f)
+            o._synced, o._history = dict(d.get("synced", {})), dict(d.get("history", {}))
 
 
 class Accumulator(collections.abc.MutableMapping):
@@ -67,6 +69,8 @@ class Accumulator(collections.abc.MutableMapping):
         self._synced = dict(*args, **kwargs)
         self._local = {}
         self._in_sync = False
+        self._history = {}  # epoch -> the results of its synchronisations outside loader loops
+        self._sync_count = collections.Counter()
         # Named by epoch and order of creation within it, so that the
         # accumulator a restarted epoch creates finds the one it replaces.
         epoch = _core.epoch_state().current
@@ -96,11 +100,30 @@ class Accumulator(collections.abc.MutableMapping):
 
     @contextlib.contextmanager
     def synchronized(self):
-        """Collective: sum every replica's additions, then show the sums."""
+        """Collective: sum every replica's additions, then show the sums.
+
+        Code outside data loader loops runs again after a restart (the
+        epoch resumes from its start up to where the loader stopped), so
+        the results of each synchronisation there are recorded per epoch
+        and, when the same synchronisation comes again after a restart,
+        the recorded result is shown instead of adding the replayed
+        updates twice (AdaptDL's semantics)."""
         if self._in_sync:
             yield self
             return
-        self._sync()
+        epoch = _core.epoch_state().current
+        for e in [e for e in self._history if e is not None and (epoch is None or e < epoch)]:
+            del self._history[e]  # finished epochs are never replayed
+        count = self._sync_count[epoch]
+        self._sync_count[epoch] += 1
+        recorded = self._history.setdefault(epoch, [])
+        if count < len(recorded):
+            self._local = {}
+            self._synced = copy.deepcopy(recorded[count])
+        else:
+            self._sync()
+            if _core.ctx.loader is None:
+                recorded.append(copy.deepcopy(self._synced))
         self._in_sync = True
         try:
             yield self

@@ -102,13 +102,15 @@ class _LoaderState(checkpoint.State):
     def __init__(self, name):
         super().__init__(name)
         self.epoch, self.index, self.passes = None, 0, 0
+        self.end = 0  # for loaders whose index is relative to a length that changes with the batch size
 
     def save(self, f):
-        pickle.dump({"epoch": self.epoch, "index": self.index, "passes": self.passes}, f)
+        pickle.dump({"epoch": self.epoch, "index": self.index, "passes": self.passes, "end": self.end}, f)
 
     def load(self, f):
         d = pickle.load(f)
         self.epoch, self.index, self.passes = d["epoch"], d["index"], d["passes"]
+        self.end = d.get("end", 0)
 
 
 _count = 0
@@ -314,6 +316,28 @@ class AdaptiveDataLoader:
                 yield perm[pos + a:pos + b].tolist()
             pos += step.size
 
+    def _before_yield(self, j: int, step: "Step"):
+        """At each micro-batch: stop if asked to (before a step begins),
+        then record where the step is."""
+        if j == 0 and self.training and _core.ctx.stop_agreed:
+            # Asked to stop (SIGTERM, agreed by all replicas in the last
+            # step): save at this step boundary and leave.
+            _core.save_checkpoint(reason="stop requested (SIGTERM) after step %d" % (
+                _core.ctx.model.steps if _core.ctx.model is not None else -1))
+            _core.exit_stopped()
+        self.accum_pos, self.step, self.micro_steps = j, step, step.micro_steps
+        self.is_sync_step = j == step.micro_steps - 1
+        if self.training:
+            _core.arm_signals()
+
+    def _after_loop(self):
+        """At the end of a full pass: leave if the last step agreed to stop
+        (not after the rest of the epoch, validation...)."""
+        self._state.passes += 1
+        if self.training and _core.ctx.stop_agreed:
+            _core.save_checkpoint(reason="stop requested (SIGTERM) at the end of a training loop")
+            _core.exit_stopped()
+
     def __iter__(self):
         st = self._state
         epoch = self._epoch()
@@ -326,27 +350,13 @@ class AdaptiveDataLoader:
         try:
             for batch in loader:
                 j, step, after = meta.popleft()
-                if j == 0 and self.training and _core.ctx.stop_agreed:
-                    # Asked to stop (SIGTERM, agreed by all replicas in the
-                    # last step): save at this step boundary and leave.
-                    _core.save_checkpoint(reason="stop requested (SIGTERM) after step %d" % (
-                        _core.ctx.model.steps if _core.ctx.model is not None else -1))
-                    _core.exit_stopped()
-                self.accum_pos, self.step, self.micro_steps = j, step, step.micro_steps
-                self.is_sync_step = j == step.micro_steps - 1
+                self._before_yield(j, step)
                 if self.is_sync_step:
                     st.index = after  # a checkpoint taken at this step resumes after it
-                if self.training:
-                    _core.arm_signals()
                 self.t_yield = time.perf_counter()
                 yield batch
             st.index = len(perm)
-            st.passes += 1
-            if self.training and _core.ctx.stop_agreed:
-                # The stop was agreed in the epoch's last step: leave now,
-                # not after the rest of the epoch (validation...).
-                _core.save_checkpoint(reason="stop requested (SIGTERM) at the end of a training loop")
-                _core.exit_stopped()
+            self._after_loop()
         finally:
             if _core.ctx.loader is self:
                 _core.ctx.loader = None
