@@ -111,7 +111,7 @@ func ParseSpec(meta map[string]string) (Spec, error) {
 	rule, err := model.ParseLRScaling(strings.TrimSpace(meta[contract.MetaLRScaling]))
 	if err != nil {
 		// Not model's error: it quotes the whole value, which may be long.
-		errs = append(errs, fmt.Errorf("%s: want adascale, linear, sqrt or none, got %q", contract.MetaLRScaling, truncate(meta[contract.MetaLRScaling])))
+		errs = append(errs, fmt.Errorf("%s: want adascale, adamscale, linear, sqrt, legw or none, got %q", contract.MetaLRScaling, truncate(meta[contract.MetaLRScaling])))
 	}
 	s.LRScaling = rule
 	if s.MaxBatchSize < s.InitBatchSize {

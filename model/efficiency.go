@@ -61,20 +61,28 @@ const (
 	// Sqrt scales the learning rate by √r (the artifact's rule for Adam and
 	// AdamW).
 	Sqrt LRScaling = "sqrt"
+	// AdamScale scales the learning rate by the square root of the gain
+	// ratio, for adaptive optimizers (Adam, AdamW: square-root scaling,
+	// Malladi et al., NeurIPS 2022; AdaptDL's AdamScale).
+	AdamScale LRScaling = "adamscale"
+	// LEGW scales the learning rate by √r after a warm-up that the worker
+	// applies (You et al., SC '19); the controller's decision carries √r.
+	LEGW LRScaling = "legw"
 	// NoScaling keeps the initial learning rate.
 	NoScaling LRScaling = "none"
 )
 
-// ParseLRScaling returns the rule named s, one of "adascale", "linear",
-// "sqrt" and "none"; an empty s means the default, AdaScale.
+// ParseLRScaling returns the rule named s, one of "adascale", "adamscale",
+// "linear", "sqrt", "legw" and "none"; an empty s means the default,
+// AdaScale.
 func ParseLRScaling(s string) (LRScaling, error) {
 	switch r := LRScaling(s); r {
-	case AdaScale, Linear, Sqrt, NoScaling:
+	case AdaScale, AdamScale, Linear, Sqrt, LEGW, NoScaling:
 		return r, nil
 	case "":
 		return AdaScale, nil
 	default:
-		return "", fmt.Errorf("failed to parse learning-rate scaling rule %q: want one of adascale, linear, sqrt, none", s)
+		return "", fmt.Errorf("failed to parse learning-rate scaling rule %q: want one of adascale, adamscale, linear, sqrt, legw, none", s)
 	}
 }
 
@@ -82,16 +90,19 @@ func ParseLRScaling(s string) (LRScaling, error) {
 // given the learning rate lr0 tuned for initBatch (artifact adascale.py,
 // AdaScale.step; r = batch/initBatch):
 //
-//	adascale: lr0·gain(r)   linear: lr0·r   sqrt: lr0·√r   none: lr0
+//	adascale: lr0·gain(r)   adamscale: lr0·√gain(r)   linear: lr0·r
+//	sqrt, legw: lr0·√r      none: lr0
 //
 // It panics on an unknown rule, which ParseLRScaling would have rejected.
 func ScaleLR(rule LRScaling, lr0 float64, g GradParams, initBatch, batch float64) float64 {
 	switch rule {
 	case AdaScale:
 		return lr0 * Gain(g, initBatch, batch)
+	case AdamScale:
+		return lr0 * math.Sqrt(Gain(g, initBatch, batch))
 	case Linear:
 		return lr0 * batch / initBatch
-	case Sqrt:
+	case Sqrt, LEGW:
 		return lr0 * math.Sqrt(batch/initBatch)
 	case NoScaling:
 		return lr0

@@ -38,6 +38,8 @@ func TestScaleLR(t *testing.T) {
 		want float64
 	}{
 		"adascale: lr0·gain(4) = 0.1·4/1.75": {AdaScale, 0.1 * 4 / 1.75},
+		"adamscale: lr0·√(4/1.75)":           {AdamScale, 0.1 * math.Sqrt(4/1.75)},
+		"legw: lr0·2 after the warm-up":      {LEGW, 0.2},
 		"linear: lr0·4":                      {Linear, 0.4},
 		"sqrt: lr0·2":                        {Sqrt, 0.2},
 		"none: lr0":                          {NoScaling, 0.1},
@@ -67,6 +69,8 @@ func TestParseLRScaling(t *testing.T) {
 		wantErr bool
 	}{
 		"adascale":          {in: "adascale", want: AdaScale},
+		"adamscale":         {in: "adamscale", want: AdamScale},
+		"legw":              {in: "legw", want: LEGW},
 		"linear":            {in: "linear", want: Linear},
 		"sqrt":              {in: "sqrt", want: Sqrt},
 		"none":              {in: "none", want: NoScaling},

@@ -37,6 +37,7 @@ Commands:
   plan       show what the next round would do, changing nothing
   emulate    run an emulated training job (a Nomad task of a Pollux job)
   demo       closed loop on a local cluster: submit a workload slice of emulated jobs, run the controller, compare with the simulator
+  version    print the version (the Python package pollux has the same)
 
 Run 'pollux <command> -h' for the flags of a command.
 `
@@ -81,6 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPlan(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "pollux", Version)
+		return nil
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -9,8 +9,9 @@
 # reallocation restarts the tasks, which resume from their checkpoint.
 # Re-submit with `nomad job run -preserve-counts` to keep Pollux's shape.
 #
-# The image needs Python 3 with torch, this repository's worker/python on
-# PYTHONPATH (or copied into the image), and the training script.
+# The image needs Python 3 with torch, the pollux package installed
+# (`pip install ./worker/python`, see deploy/examples/Dockerfile) and the
+# training script.
 
 job "digits" {
   datacenters = ["*"]
@@ -77,7 +78,6 @@ job "digits" {
         POLLUX_CHECKPOINT_DIR = "/checkpoints/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}"
         # Metrics and the rendezvous go to Consul KV under pollux/jobs/<ns>/<job>/.
         CONSUL_HTTP_ADDR      = "${attr.unique.network.ip-address}:8500"
-        PYTHONPATH            = "/app/worker/python"
         NCCL_SOCKET_IFNAME    = "^lo,docker"
       }
 

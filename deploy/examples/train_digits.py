@@ -103,6 +103,7 @@ def main():
             optimizer.step()
             stats["loss_sum"] += loss.item() * len(targets)
             stats["total"] += len(targets)
+            batch_size = trainloader.current_batch_size  # None outside the loop, as in AdaptDL
             if trainloader.is_sync_step:
                 if rank == 0:
                     log("step", step=net.steps, epoch=epoch, world=world, round=pollux_round, batch_size=trainloader.step.size,
@@ -124,7 +125,7 @@ def main():
                 log("epoch", epoch=epoch, step=net.steps, world=world, round=pollux_round, val_acc=acc,
                     train_loss=stats["loss_sum"] / max(stats["total"], 1), valid=stats["valid"])
                 print("epoch %d: loss %.4f, validation accuracy %.4f (%d replicas, batch %d)" % (
-                    epoch, stats["loss_sum"] / max(stats["total"], 1), acc, world, trainloader.current_batch_size),
+                    epoch, stats["loss_sum"] / max(stats["total"], 1), acc, world, batch_size),
                     flush=True)
     if rank == 0:
         log("done", step=net.steps, val_acc=acc)

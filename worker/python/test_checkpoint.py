@@ -60,9 +60,7 @@ class CheckpointTest(unittest.TestCase):
         self.forget()
 
     def forget(self):
-        checkpoint._STATES.clear()
-        checkpoint._loaded = None
-        checkpoint._loaded_meta = None
+        checkpoint._reset()
 
     def test_save_and_restore(self):
         Blob("model", b"weights-1")

@@ -111,9 +111,9 @@ class LoaderTest(LocalTestCase):
     def test_defaults_and_decision_from_meta(self):
         loader = self.loader(NOMAD_META_pollux_local_bsz="96", NOMAD_META_pollux_accum_steps="2",
                              NOMAD_META_pollux_num_replicas="1", NOMAD_META_pollux_batch_size="288")
-        self.assertEqual((loader.current_local_bsz, loader.accumulation_steps, loader.current_batch_size), (128, 0, 128))
+        self.assertEqual((loader._local(), loader.accumulation_steps, loader._batch_size()), (128, 0, 128))
         loader.autoscale_batch_size(1024, local_bsz_bounds=(32, 128), gradient_accumulation=True)
-        self.assertEqual((loader.current_local_bsz, loader.accumulation_steps, loader.current_batch_size), (96, 2, 288))
+        self.assertEqual((loader._local(), loader.accumulation_steps, loader._batch_size()), (96, 2, 288))
         sizes = [len(b[0]) for b in loader]
         self.assertEqual(sizes[:6], [96] * 6)
         self.assertEqual(sum(sizes), 1000)
@@ -147,7 +147,7 @@ class LoaderTest(LocalTestCase):
     def test_default_split_accumulates_over_bound(self):
         loader = self.loader(batch_size=300)
         loader.autoscale_batch_size(1024, local_bsz_bounds=(32, 128), gradient_accumulation=True)
-        self.assertEqual((loader.current_local_bsz, loader.accumulation_steps), (100, 2))
+        self.assertEqual((loader._local(), loader.accumulation_steps), (100, 2))
 
     def test_absurd_decisions_rejected(self):
         loader = self.loader()
@@ -175,7 +175,7 @@ class LoaderTest(LocalTestCase):
             l3 = self.loader(NOMAD_META_pollux_local_bsz="100000", NOMAD_META_pollux_num_replicas="1")
             l3.autoscale_batch_size(1024, local_bsz_bounds=(32, 256))
         self.assertIn("local_bsz 100000 is outside local_bsz_bounds (32, 256)", "\n".join(logs.output))
-        self.assertEqual(l3.current_local_bsz, 128)
+        self.assertEqual(l3._local(), 128)
         _core._reset_for_tests()
         with self.assertLogs("pollux.torch", "WARNING") as logs:
             l4 = self.loader(NOMAD_META_pollux_local_bsz="lots")
@@ -251,12 +251,12 @@ class BadInputTest(LocalTestCase):
         os.environ["NOMAD_META_pollux_lr_scaling"] = "cubic"
         pollux.torch.init_process_group("gloo")
         model = torch.nn.Linear(2, 1)
-        with self.assertRaisesRegex(ValueError, "NOMAD_META_pollux_lr_scaling: unknown rule 'cubic'"):
+        with self.assertRaisesRegex(ValueError, "NOMAD_META_pollux_lr_scaling: unknown learning-rate scaling rule 'cubic'"):
             pollux.torch.AdaptiveDataParallel(model, torch.optim.SGD(model.parameters(), lr=0.1))
 
     def test_rank_outside_world(self):
         os.environ.update(RANK="3", WORLD_SIZE="2")
-        with self.assertRaisesRegex(ValueError, "RANK 3 is not below WORLD_SIZE 2"):
+        with self.assertRaisesRegex(ValueError, "rank 3 is not in \\[0, world_size 2\\)"):
             pollux.torch.init_process_group("gloo")
 
 

@@ -20,22 +20,25 @@ leaves the previous checkpoint as the newest complete one. The two newest
 checkpoints are kept.
 
 Only replica 0 writes. Every replica calls ``sync`` on every state first
-(a collective step, so that replicas agree), and at load time replica 0
-reads the files and broadcasts their bytes, so the directory need not be
-shared between nodes as long as replica 0 sees it.
+(a collective step, so that replicas agree). When the process group
+starts, replica 0 reads the newest checkpoint and sends its files to all
+replicas (``share_restore``), so the directory need not be shared between
+nodes as long as replica 0 sees it, and loading a state is never a
+collective.
 """
 
 import io
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 from typing import Dict, List, Optional
 
 from pollux import env
 
-__all__ = ["State", "CheckpointError", "save_all_states", "load_state", "latest", "check_writable"]
+__all__ = ["State", "CheckpointError", "save_all_states", "save_state", "load_state", "latest", "check_writable"]
 
 _log = logging.getLogger("pollux.checkpoint")
 
@@ -53,10 +56,10 @@ class CheckpointError(Exception):
 
 
 class State:
-    """A named piece of state that is checkpointed. Subclasses implement
-    ``save(fileobj)`` and ``load(fileobj)`` (binary file objects) and may
-    implement ``sync()``, called on every replica before a save so that
-    replica 0 holds the state to write."""
+    """A named piece of state that is checkpointed. Subclasses may override
+    ``save(fileobj)`` and ``load(fileobj)`` (binary file objects; by default
+    the object's attributes are pickled) and ``sync()``, called on every
+    replica before a save so that replica 0 holds the state to write."""
 
     def __init__(self, name: str):
         if not isinstance(name, str) or not _NAME.match(name):
@@ -68,13 +71,17 @@ class State:
         _STATES[name] = self
 
     def save(self, fileobj):
-        raise NotImplementedError
+        """Write the state; by default the object's attributes (except
+        name), pickled."""
+        pickle.dump({k: v for k, v in vars(self).items() if k != "name"}, fileobj)
 
     def load(self, fileobj):
-        raise NotImplementedError
+        """Read what save wrote; by default restores the pickled attributes."""
+        self.__dict__.update(pickle.load(fileobj))
 
     def sync(self):
-        pass
+        """Called on every replica before a save (collective if it needs
+        to be); by default nothing."""
 
 
 def _unregister(name: str):
@@ -155,7 +162,36 @@ def save_all_states(extra_meta: Optional[dict] = None) -> Optional[str]:
     states: List[State] = list(_STATES.values())
     for s in states:
         s.sync()
-    directory = _directory()
+    return _write(states, [], extra_meta)
+
+
+def save_state(state: State, checkpoint_dir: Optional[str] = None, sync: bool = True) -> Optional[str]:
+    """Save one state (AdaptDL's save_state): sync it on every replica if
+    sync (then call it on all of them), and write on replica 0 a new
+    checkpoint holding it and, carried over from the newest checkpoint,
+    every other state that one holds. checkpoint_dir defaults to
+    POLLUX_CHECKPOINT_DIR. Returns the new checkpoint's path on replica 0."""
+    if state.name not in _STATES:
+        raise ValueError("checkpoint state %r is not registered" % state.name)
+    if sync:
+        state.sync()
+    directory = checkpoint_dir or _directory()
+    prev = latest(directory) if directory else None
+    carried = []
+    if prev:
+        try:
+            names = read_meta(prev).get("states", [])
+        except (OSError, ValueError) as e:
+            raise CheckpointError("failed to read %s/meta.json: %s" % (prev, e)) from None
+        carried = [n for n in names if n != state.name and _NAME.match(n)]
+    return _write([state], [(n, prev) for n in carried], {"reason": "save_state %s" % state.name}, directory)
+
+
+def _write(states: List[State], carried, extra_meta: Optional[dict], directory: Optional[str] = None) -> Optional[str]:
+    """On replica 0: a new checkpoint of states (written now) and carried
+    ((name, checkpoint path) whose file is copied)."""
+    where = "%s" % directory if directory else "POLLUX_CHECKPOINT_DIR=%s" % _directory()
+    directory = directory or _directory()
     if not directory or _rank() != 0:
         return None
     prev = latest(directory)
@@ -175,7 +211,11 @@ def save_all_states(extra_meta: Optional[dict] = None) -> Optional[str]:
                 s.save(f)
                 f.flush()
                 os.fsync(f.fileno())
-        meta = {"seq": seq, "restarts": env.num_restarts(), "states": [s.name for s in states]}
+        for name, src in carried:
+            shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
+            with open(os.path.join(tmp, name), "rb") as f:
+                os.fsync(f.fileno())
+        meta = {"seq": seq, "restarts": env.num_restarts(), "states": [s.name for s in states] + [n for n, _ in carried]}
         meta.update(extra_meta or {})
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump(meta, f)
@@ -186,8 +226,8 @@ def save_all_states(extra_meta: Optional[dict] = None) -> Optional[str]:
         _fsync_dir(directory)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError("failed to write checkpoint %s into POLLUX_CHECKPOINT_DIR=%s: %s; "
-                              "the previous checkpoint (%s) is kept" % (os.path.basename(final), directory, e, prev)) from None
+        raise CheckpointError("failed to write checkpoint %s into %s: %s; "
+                              "the previous checkpoint (%s) is kept" % (os.path.basename(final), where, e, prev)) from None
     # Keep the KEEP newest.
     done = sorted(n for n in os.listdir(directory) if _DIR.match(n))
     for name in done[:-KEEP]:
@@ -197,7 +237,8 @@ def save_all_states(extra_meta: Optional[dict] = None) -> Optional[str]:
 
 
 def _chosen() -> Optional[str]:
-    """The checkpoint this process restores from, chosen once (replica 0's view)."""
+    """The checkpoint this process restores from, chosen once (this
+    process's view of the checkpoint directory)."""
     global _loaded, _loaded_meta
     if _loaded is None:
         path = latest()
@@ -210,32 +251,91 @@ def _chosen() -> Optional[str]:
     return _loaded or None
 
 
-def load_state(state: State) -> bool:
-    """Restore state from the newest checkpoint, if it has this state.
-    Collective when distributed: call it on every replica in the same
-    order. Replica 0 reads the file and broadcasts its bytes. Returns
-    whether the state was restored."""
+def _read_state(path: str, name: str) -> Optional[bytes]:
+    f = os.path.join(path, name)
+    try:
+        with open(f, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise CheckpointError("failed to read checkpoint state %s: %s" % (f, e)) from None
+
+
+# What the replicas restore, once they agreed on it (share_restore): None
+# before that; then replica 0's checkpoint as {"path": ..., "meta": ...,
+# "files": {state name: bytes}} ("path" None when there is none).
+_shared: Optional[dict] = None
+# States loaded before the replicas agreed, with the checkpoint each was
+# loaded from here; share_restore loads them again where replica 0 chose
+# another one.
+_early: List[tuple] = []
+
+
+def share_restore():
+    """Collective, once, when the process group starts: replica 0 reads its
+    newest checkpoint and sends every state file in it to all replicas, so
+    that from then on every load_state is local (no collective: a loader
+    or an accumulator may be built on some replicas only) and all replicas
+    restore the same bytes, even on nodes that do not see the checkpoint
+    directory. States loaded earlier from another checkpoint than replica
+    0's are loaded again."""
+    global _shared, _loaded, _loaded_meta
     data = None
     if _rank() == 0:
         path = _chosen()
+        files = {}
         if path:
-            f = os.path.join(path, state.name)
-            try:
-                with open(f, "rb") as fh:
-                    data = fh.read()
-            except FileNotFoundError:
-                data = None
-            except OSError as e:
-                raise CheckpointError("failed to read checkpoint state %s: %s" % (f, e)) from None
+            for name in sorted(os.listdir(path)):
+                if name != "meta.json" and _NAME.match(name):
+                    b = _read_state(path, name)
+                    if b is not None:
+                        files[name] = b
+        data = {"path": path, "meta": _loaded_meta, "files": files}
     d = _dist()
     if d:
         box = [data]
         d.broadcast_object_list(box, src=0)
         data = box[0]
+    _shared = data
+    mine = _loaded
+    _loaded, _loaded_meta = data["path"] or "", data["meta"]
+    early, _early[:] = list(_early), []
+    for state, used in early:
+        if (used or "") != (data["path"] or "") and state.name in _STATES:
+            b = data["files"].get(state.name)
+            if b is not None:
+                state.load(io.BytesIO(b))
+    if (mine or "") != (data["path"] or "") and _rank() != 0:
+        _log.info("restoring replica 0's checkpoint %s (this replica saw %s)", data["path"], mine or "none")
+
+
+def load_state(state: State) -> bool:
+    """Restore state from the newest checkpoint, if it has this state.
+    Never collective. After the process group started (share_restore), the
+    bytes are those replica 0 sent; before it, this process reads the
+    checkpoint directory it sees, and the state is loaded again when the
+    process group starts if replica 0 restores another checkpoint. Returns
+    whether the state was restored."""
+    if _shared is not None:
+        data = _shared["files"].get(state.name)
+    else:
+        path = _chosen()
+        _early.append((state, path))
+        data = _read_state(path, state.name) if path else None
     if data is None:
         return False
     state.load(io.BytesIO(data))
     return True
+
+
+def _reset():
+    """Forget every state and what was restored (tests run several set-ups
+    in one process)."""
+    global _loaded, _loaded_meta, _shared
+    _STATES.clear()
+    _loaded = _loaded_meta = _shared = None
+    _early[:] = []
 
 
 def restored_meta() -> Optional[dict]:

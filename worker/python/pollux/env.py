@@ -8,11 +8,18 @@ the task's Nomad environment (NOMAD_JOB_ID, NOMAD_NAMESPACE) and job spec
 """
 
 import os
-from typing import Optional
+import re
+from typing import Mapping, Optional
+
+# The defaults of the Consul KV prefix and the Nomad namespace, for every
+# module that builds a key (the reporter, the rendezvous).
+DEFAULT_PREFIX = "pollux/"
+DEFAULT_NAMESPACE = "default"
+_NAMESPACE = re.compile(r"[A-Za-z0-9-]{1,128}\Z")  # Nomad's rule for namespace names
 
 __all__ = [
     "checkpoint_path", "job_id", "namespace", "kv_prefix", "num_nodes", "num_replicas",
-    "num_restarts", "replica_rank", "replica_local_rank", "share_path",
+    "num_restarts", "replica_rank", "replica_local_rank", "share_path", "master_addr", "master_port",
 ]
 
 
@@ -74,17 +81,51 @@ def job_id() -> Optional[str]:
     return os.environ.get("NOMAD_JOB_ID") or None
 
 
-def namespace() -> str:
-    """The Nomad namespace: NOMAD_NAMESPACE, default "default"."""
-    return os.environ.get("NOMAD_NAMESPACE") or "default"
+def prefix_problem(p) -> Optional[str]:
+    """Why p is not a usable Consul KV prefix, or None."""
+    if not isinstance(p, str) or not p.endswith("/") or p.startswith("/"):
+        return "must end with \"/\" and not start with it, got %r" % (p,)
+    return None
 
 
-def kv_prefix() -> str:
-    """The Pollux Consul KV prefix: POLLUX_KV_PREFIX, default "pollux/"."""
-    p = os.environ.get("POLLUX_KV_PREFIX") or "pollux/"
-    if not p.endswith("/") or p.startswith("/"):
-        raise ValueError("POLLUX_KV_PREFIX: must end with \"/\" and not start with it, got %r" % p)
+def namespace_problem(ns) -> Optional[str]:
+    """Why ns is not a Nomad namespace name, or None."""
+    if not isinstance(ns, str) or not _NAMESPACE.match(ns):
+        return "must be 1-128 letters, digits or '-', got %r" % (ns,)
+    return None
+
+
+def namespace(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The Nomad namespace: NOMAD_NAMESPACE, default "default". Raises
+    ValueError for a name Nomad would not accept."""
+    environ = os.environ if environ is None else environ
+    ns = environ.get("NOMAD_NAMESPACE") or DEFAULT_NAMESPACE
+    why = namespace_problem(ns)
+    if why:
+        raise ValueError("NOMAD_NAMESPACE: " + why)
+    return ns
+
+
+def kv_prefix(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The Pollux Consul KV prefix: POLLUX_KV_PREFIX, default "pollux/".
+    Raises ValueError for a prefix that does not end with "/" or starts
+    with it."""
+    environ = os.environ if environ is None else environ
+    p = environ.get("POLLUX_KV_PREFIX") or DEFAULT_PREFIX
+    why = prefix_problem(p)
+    if why:
+        raise ValueError("POLLUX_KV_PREFIX: " + why)
     return p
+
+
+def job_key(name: str, environ: Optional[Mapping[str, str]] = None, job: Optional[str] = None) -> str:
+    """The Consul KV key <prefix>jobs/<namespace>/<job>/<name> of this job
+    (job default NOMAD_JOB_ID). Raises ValueError naming a bad variable."""
+    environ = os.environ if environ is None else environ
+    job = job or environ.get("NOMAD_JOB_ID")
+    if not job:
+        raise ValueError("NOMAD_JOB_ID: not set (the job's ID names its Consul keys)")
+    return "%sjobs/%s/%s/%s" % (kv_prefix(environ), namespace(environ), job, name)
 
 
 def gpu_type() -> Optional[str]:
@@ -94,3 +135,15 @@ def gpu_type() -> Optional[str]:
     controller yet). The reporter writes it into its profile entries."""
     return (os.environ.get("POLLUX_GPU_TYPE", "").strip()
             or os.environ.get("NOMAD_META_pollux_gpu_type", "").strip() or None)
+
+
+def master_addr() -> str:
+    """The address of replica 0's process-group store: MASTER_ADDR (set by
+    the launcher), default "127.0.0.1"."""
+    return os.environ.get("MASTER_ADDR") or "127.0.0.1"
+
+
+def master_port() -> int:
+    """The port of replica 0's process-group store: MASTER_PORT (set by the
+    launcher), default 0 (none chosen yet)."""
+    return _int("MASTER_PORT", 0)

@@ -32,7 +32,8 @@ import re
 import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from pollux import report
+from pollux import env
+from pollux.consul import Consul, ConsulError
 
 __all__ = ["Group", "RendezvousError", "parse_placement", "group_from_env", "rendezvous_key",
            "publish", "wait", "gpu_count"]
@@ -126,12 +127,12 @@ def group_from_env(environ=None, nproc: Optional[int] = None) -> Group:
 
 def rendezvous_key(environ=None) -> str:
     environ = os.environ if environ is None else environ
-    job = environ.get("NOMAD_JOB_ID")
-    if not job:
+    if not environ.get("NOMAD_JOB_ID"):
         raise RendezvousError("NOMAD_JOB_ID is not set: the rendezvous across task groups needs the Nomad job's ID")
-    prefix = environ.get("POLLUX_KV_PREFIX") or report.DEFAULT_PREFIX
-    ns = environ.get("NOMAD_NAMESPACE") or report.DEFAULT_NAMESPACE
-    return "%sjobs/%s/%s/rendezvous" % (prefix, ns, job)
+    try:
+        return env.job_key("rendezvous", environ)
+    except ValueError as e:
+        raise RendezvousError(str(e)) from None
 
 
 def listen_address(environ=None) -> Tuple[str, int]:
@@ -162,17 +163,17 @@ def split_addr(addr: str) -> Tuple[str, int]:
     return host, int(port)
 
 
-def publish(consul: report.Consul, key: str, group: Group, addr: str, port: int, alloc_id: str = ""):
+def publish(consul: Consul, key: str, group: Group, addr: str, port: int, alloc_id: str = ""):
     entry = {"addr": join_addr(addr, port), "round": group.round, "alloc_id": alloc_id,
              "world_size": group.world_size, "placement": group.placement}
     try:
         consul.put(key, json.dumps(entry, sort_keys=True).encode())
-    except report.ConsulError as e:
+    except ConsulError as e:
         raise RendezvousError("failed to publish the rendezvous address at %s: %s" % (key, e)) from None
     return entry
 
 
-def wait(consul: report.Consul, key: str, group: Group, timeout: float, log=None) -> Dict:
+def wait(consul: Consul, key: str, group: Group, timeout: float, log=None) -> Dict:
     """Wait for the rank-0 group's entry of this group's round; return it
     (with "host" and "port" added from its addr).
     Raises RendezvousError on timeout (naming what was seen) or when a later
@@ -186,7 +187,7 @@ def wait(consul: report.Consul, key: str, group: Group, timeout: float, log=None
                                   "the rank-0 group did not start or cannot reach Consul" % (group.round, key, timeout, seen))
         try:
             pair, new_index = consul.get(key, index=index, wait=min(left, 30.0))
-        except report.ConsulError as e:
+        except ConsulError as e:
             errors += 1
             seen = "Consul error: %s" % e
             time.sleep(min(1.0, max(left, 0)))

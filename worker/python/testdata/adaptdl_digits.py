@@ -63,6 +63,7 @@ for epoch in adaptdl.torch.remaining_epochs_until(args.epochs):
         optimizer.step()
         stats["loss_sum"] += loss.item() * targets.size(0)
         stats["total"] += targets.size(0)
+        batch_size = trainloader.current_batch_size  # None outside the loop, as in AdaptDL
     lr_scheduler.step()
     net.eval()
     with torch.no_grad():
@@ -75,6 +76,6 @@ for epoch in adaptdl.torch.remaining_epochs_until(args.epochs):
         if adaptdl.env.replica_rank() == 0:
             print("epoch %d of %d replicas: batch size %d, loss %.3f, accuracy %.3f" % (
                 adaptdl.torch.current_epoch(), adaptdl.env.num_replicas(),
-                trainloader.current_batch_size, stats["loss_sum"] / stats["total"], accuracy), flush=True)
+                batch_size, stats["loss_sum"] / stats["total"], accuracy), flush=True)
 if adaptdl.env.replica_rank() == 0:
     print("best accuracy %.3f" % best.value, flush=True)

@@ -31,12 +31,17 @@ _NAMES = {
     "AdaptiveDataParallel": "parallel",
     "GradientNoise": "parallel",
     "Accumulator": "accumulator",
+    "AdaptiveBPTTIterator": "iterator",
 }
+# Submodules reachable as attributes (pollux.torch.scaling_rules...), imported at first use.
+_SUBMODULES = ("scaling_rules", "gradient_noise_scale", "iterator", "data", "parallel", "accumulator", "launch")
 
 __all__ = sorted(_NAMES)
 
 
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module("pollux.torch." + name)
     mod = _NAMES.get(name)
     if mod is None:
         raise AttributeError("module 'pollux.torch' has no attribute %r" % name)
@@ -46,4 +51,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_NAMES))
+    return sorted(list(globals()) + list(_NAMES) + list(_SUBMODULES))

@@ -24,8 +24,8 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 import torch.utils.data
 
-from pollux import checkpoint, report
-from pollux.torch import _core
+from pollux import checkpoint, documents
+from pollux.torch import _core, _tensorboard
 
 __all__ = ["AdaptiveDataLoader", "ElasticSampler", "current_dataloader", "plan_step", "local_chunk"]
 
@@ -102,13 +102,15 @@ class _LoaderState(checkpoint.State):
     def __init__(self, name):
         super().__init__(name)
         self.epoch, self.index, self.passes = None, 0, 0
+        self.end = 0  # for loaders whose index is relative to a length that changes with the batch size
 
     def save(self, f):
-        pickle.dump({"epoch": self.epoch, "index": self.index, "passes": self.passes}, f)
+        pickle.dump({"epoch": self.epoch, "index": self.index, "passes": self.passes, "end": self.end}, f)
 
     def load(self, f):
         d = pickle.load(f)
         self.epoch, self.index, self.passes = d["epoch"], d["index"], d["passes"]
+        self.end = d.get("end", 0)
 
 
 _count = 0
@@ -127,7 +129,6 @@ class AdaptiveDataLoader:
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  seed: int = 0, **kwargs):
         global _count
-        _core._require()
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError("AdaptiveDataLoader: batch_size must be a positive integer, got %r" % (batch_size,))
         for bad in ("sampler", "batch_sampler"):
@@ -137,14 +138,13 @@ class AdaptiveDataLoader:
         self.batch_size = batch_size
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
         self._kwargs = kwargs
-        self._replicas = _core.world_size()
-        self._rank = _core.rank()
-        self._local_bsz = math.ceil(batch_size / self._replicas)
+        self._local_bsz = None  # None: batch_size over the replicas (known when the process group starts)
         self._accum = 0
         self._max_batch_size = None
         self._bounds = None
         self._accumulation = False
-        self.training = False  # set by autoscale_batch_size
+        self._autoscale = False  # autoscale_batch_size was called: the controller's decisions apply
+        self._stepped = False    # an optimizer step ran while this loader was iterated
         self._state = _LoaderState("pollux-dataloader-%d" % _count)
         _count += 1
         checkpoint.load_state(self._state)
@@ -174,7 +174,7 @@ class AdaptiveDataLoader:
         if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
             raise ValueError("autoscale_batch_size: local_bsz_bounds must be integers 1 <= lo <= hi, got %r" % (local_bsz_bounds,))
         self._max_batch_size, self._bounds, self._accumulation = max_batch_size, (lo, hi), bool(gradient_accumulation)
-        self.training = True
+        self._autoscale = True
         # Default: M0 over the replicas, accumulating if a micro-batch would be too large.
         local = math.ceil(self.batch_size / self._replicas)
         accum = 0
@@ -186,7 +186,7 @@ class AdaptiveDataLoader:
                 local = hi
         self._local_bsz, self._accum = max(min(local, hi), lo), accum
         try:
-            alloc = report.allocation()
+            alloc = documents.allocation()
         except ValueError as e:
             _log.warning("ignoring the allocation's meta: %s", e)
             alloc = None
@@ -220,14 +220,46 @@ class AdaptiveDataLoader:
 
     def _adopt(self, local_bsz: int, accum: int):
         if (local_bsz, accum) != (self._local_bsz, self._accum):
-            _log.info("batch size %d -> %d (micro-batch %d, accumulation %d)", self.current_batch_size,
+            _log.info("batch size %d -> %d (micro-batch %d, accumulation %d)", self._batch_size(),
                       local_bsz * self._replicas * (accum + 1), local_bsz, accum)
         self._local_bsz, self._accum = local_bsz, accum
 
     @property
-    def current_local_bsz(self) -> int:
-        """The per-replica micro-batch size."""
+    def _replicas(self) -> int:
+        return _core.world_size()
+
+    @property
+    def _rank(self) -> int:
+        return _core.rank()
+
+    def _local(self) -> int:
+        if self._local_bsz is None:
+            self._local_bsz = math.ceil(self.batch_size / self._replicas)
         return self._local_bsz
+
+    def _batch_size(self) -> int:
+        return self._local() * self._replicas * (self._accum + 1)
+
+    @property
+    def training(self) -> bool:
+        """Whether this loader trains: autoscale_batch_size was called, or
+        an optimizer step ran while it was iterated."""
+        return self._autoscale or self._stepped
+
+    @property
+    def max_batch_size(self) -> Optional[int]:
+        """autoscale_batch_size's max_batch_size, or None."""
+        return self._max_batch_size
+
+    @property
+    def local_bsz_bounds(self) -> Optional[Tuple[int, int]]:
+        """autoscale_batch_size's local_bsz_bounds, or None."""
+        return self._bounds
+
+    @property
+    def current_local_bsz(self) -> Optional[int]:
+        """The per-replica micro-batch size while this loader is iterated, else None."""
+        return self._local() if _core.ctx.loader is self else None
 
     @property
     def accumulation_steps(self) -> int:
@@ -235,14 +267,34 @@ class AdaptiveDataLoader:
         return self._accum
 
     @property
-    def current_batch_size(self) -> int:
-        """The total batch size of one optimizer step: micro-batch x replicas x (accumulation + 1)."""
-        return self._local_bsz * self._replicas * (self._accum + 1)
+    def current_batch_size(self) -> Optional[int]:
+        """The total batch size of one optimizer step (micro-batch x
+        replicas x (accumulation + 1)) while this loader is iterated, else None."""
+        return self._batch_size() if _core.ctx.loader is self else None
+
+    def is_accum_step(self) -> bool:
+        """Whether the micro-batch just yielded only accumulates gradients."""
+        return not self.is_sync_step
+
+    def is_optim_step(self) -> bool:
+        """Whether the optimizer steps after the micro-batch just yielded."""
+        return self.is_sync_step
+
+    def to_tensorboard(self, writer, global_step: int, tag_prefix: str = ""):
+        """Write the batch size, micro-batch and accumulation steps to
+        TensorBoard: writer is a SummaryWriter or a log directory."""
+        w = _tensorboard.writer_for(writer)
+        if w is None:
+            return
+        p = _tensorboard.prefix(tag_prefix)
+        w.add_scalar(p + "Total_Batch_Size", self._batch_size(), global_step)
+        w.add_scalar(p + "Local_Batch_Size", self._local(), global_step)
+        w.add_scalar(p + "Accumulation_Steps", self._accum, global_step)
 
     # ---- iteration ---------------------------------------------------------
 
     def _epoch(self) -> int:
-        e = _core.ctx.epoch_state.current if _core.ctx.epoch_state else None
+        e = _core.epoch_state().current
         return self._state.passes if e is None else e
 
     def _batches(self, perm, meta):
@@ -253,8 +305,8 @@ class AdaptiveDataLoader:
         pos = st.index
         k, r = self._replicas, self._rank
         while pos < n:
-            step = plan_step(n - pos, self._local_bsz, self._accum, k, 1 if self.training else 0)
-            if step is None or (step.size < self.current_batch_size and self.drop_last):
+            step = plan_step(n - pos, self._local(), self._accum, k, 1 if self.training else 0)
+            if step is None or (step.size < self._batch_size() and self.drop_last):
                 break
             for j in range(step.micro_steps):
                 a, b = local_chunk(step, k, r, j)
@@ -263,6 +315,28 @@ class AdaptiveDataLoader:
                 meta.append((j, step, pos + step.size))
                 yield perm[pos + a:pos + b].tolist()
             pos += step.size
+
+    def _before_yield(self, j: int, step: "Step"):
+        """At each micro-batch: stop if asked to (before a step begins),
+        then record where the step is."""
+        if j == 0 and self.training and _core.ctx.stop_agreed:
+            # Asked to stop (SIGTERM, agreed by all replicas in the last
+            # step): save at this step boundary and leave.
+            _core.save_checkpoint(reason="stop requested (SIGTERM) after step %d" % (
+                _core.ctx.model.steps if _core.ctx.model is not None else -1))
+            _core.exit_stopped()
+        self.accum_pos, self.step, self.micro_steps = j, step, step.micro_steps
+        self.is_sync_step = j == step.micro_steps - 1
+        if self.training:
+            _core.arm_signals()
+
+    def _after_loop(self):
+        """At the end of a full pass: leave if the last step agreed to stop
+        (not after the rest of the epoch, validation...)."""
+        self._state.passes += 1
+        if self.training and _core.ctx.stop_agreed:
+            _core.save_checkpoint(reason="stop requested (SIGTERM) at the end of a training loop")
+            _core.exit_stopped()
 
     def __iter__(self):
         st = self._state
@@ -276,22 +350,13 @@ class AdaptiveDataLoader:
         try:
             for batch in loader:
                 j, step, after = meta.popleft()
-                if j == 0 and self.training and _core.ctx.stop_agreed:
-                    # Asked to stop (SIGTERM, agreed by all replicas in the
-                    # last step): save at this step boundary and leave.
-                    _core.save_checkpoint(reason="stop requested (SIGTERM) after step %d" % (
-                        _core.ctx.model.steps if _core.ctx.model is not None else -1))
-                    _core.exit_stopped()
-                self.accum_pos, self.step, self.micro_steps = j, step, step.micro_steps
-                self.is_sync_step = j == step.micro_steps - 1
+                self._before_yield(j, step)
                 if self.is_sync_step:
                     st.index = after  # a checkpoint taken at this step resumes after it
-                if self.training:
-                    _core.arm_signals()
                 self.t_yield = time.perf_counter()
                 yield batch
             st.index = len(perm)
-            st.passes += 1
+            self._after_loop()
         finally:
             if _core.ctx.loader is self:
                 _core.ctx.loader = None
@@ -299,4 +364,4 @@ class AdaptiveDataLoader:
     def __len__(self):
         """Micro-batches this replica gets in a full epoch at the current batch size."""
         n = len(self.dataset)
-        return math.ceil(n / self.current_batch_size) * (self._accum + 1)
+        return math.ceil(n / self._batch_size()) * (self._accum + 1)

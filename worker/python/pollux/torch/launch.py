@@ -37,7 +37,8 @@ import sys
 import time
 import traceback
 
-from pollux import checkpoint, rendezvous, report
+from pollux import checkpoint, rendezvous
+from pollux.consul import Consul
 
 _STARTED = time.time()  # when this launcher started (the children log restart timings with it)
 
@@ -75,7 +76,7 @@ def plan(environ, nproc=None, timeout=300.0, consul=None):
         raise ValueError("%splacement names %d groups but %sround is missing: cannot tell this allocation's round"
                          % (rendezvous.META, group.num_groups, rendezvous.META))
     key = rendezvous.rendezvous_key(environ)
-    consul = consul or report.Consul()
+    consul = consul or Consul()
     if group.rank == 0:
         addr, port = rendezvous.listen_address(environ)
         rendezvous.publish(consul, key, group, addr, port, environ.get("NOMAD_ALLOC_ID", ""))

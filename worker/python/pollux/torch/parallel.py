@@ -18,9 +18,10 @@ micro-batches micro-batch gradients g_i of the step, G their mean:
 scale := 2 M / M0), smoothed by an exponential moving average with factor
 0.999^scale, bias-corrected, reported as max(sqr, 0) and max(var, 1e-6).
 The learning rate of each parameter group is multiplied during the step by
-the job's pollux_lr_scaling rule at r = M / M0: adascale (default) the gain
-(var + sqr) / (var / r + sqr), linear r, sqrt sqrt(r), none 1. Progress
-grows by M0 x gain per step.
+the scaling rule's factor at r = M / M0 (pollux.torch.scaling_rules:
+adascale the gain (var + sqr) / (var / r + sqr), adamscale its square
+root, linear r, sqrt sqrt(r), legw sqrt(r) after a warm-up, none 1).
+Progress grows by M0 x gain per step.
 
 Timings per step (contracts.md §3): compute_time the mean forward/backward
 seconds of a micro-batch, step_time the synchronising micro-batch's
@@ -41,13 +42,13 @@ import torch
 import torch.distributed as dist
 
 from pollux import checkpoint, env, report
-from pollux.torch import _core
+from pollux.torch import _core, _tensorboard, scaling_rules
 
 __all__ = ["AdaptiveDataParallel", "GradientNoise", "scale_factor"]
 
 _log = logging.getLogger("pollux.torch")
 
-RULES = ("adascale", "linear", "sqrt", "none")
+RULES = tuple(scaling_rules.RULES)
 
 
 class GradientNoise:
@@ -114,13 +115,15 @@ class GradientNoise:
 
 
 def scale_factor(rule: str, noise: GradientNoise, batch_size: float) -> float:
-    """The learning-rate factor of rule at total batch size batch_size."""
+    """The learning-rate factor of the rule named rule at total batch size
+    batch_size (for rules that need no more than the gradient noise)."""
     r = batch_size / noise.m0
-    if rule == "adascale":
-        return noise.gain(batch_size)
+    if rule in ("adascale", "adamscale"):
+        g = noise.gain(batch_size)
+        return g if rule == "adascale" else math.sqrt(g)
     if rule == "linear":
         return r
-    if rule == "sqrt":
+    if rule in ("sqrt", "legw"):
         return math.sqrt(r)
     if rule == "none":
         return 1.0
@@ -165,19 +168,27 @@ class _ParallelState(checkpoint.State):
 
 
 class AdaptiveDataParallel(torch.nn.Module):
-    """Wraps model for data-parallel training under Pollux: parameters are
-    broadcast from replica 0, the optimizer's step() synchronises the
+    """Wraps model for data-parallel training under Pollux (AdaptDL's
+    AdaptiveDataParallel): the optimizer's step() synchronises the
     gradients once per global batch (no-op on accumulation micro-batches,
-    as is zero_grad()), and the model, optimizer and scheduler are
-    checkpointed and restored.
+    as is zero_grad() while gradients accumulate) at a learning rate
+    scaled by the scaling rule, and the model, optimizer and scheduler are
+    checkpointed and restored. Replica 0's parameters are copied to the
+    others at the first forward pass, unless all restored them from a
+    checkpoint: the constructor is not a collective.
 
-    init_batch_size: M0 (default NOMAD_META_pollux_init_batch_size, else
-    the training data loader's batch_size). lr_scaling: default
-    NOMAD_META_pollux_lr_scaling, else "adascale"."""
+    The arguments are AdaptDL's: mp_scaler must be None (mixed precision is
+    not supported); scaling_rule a scaling_rules object (default: the
+    job's pollux_lr_scaling meta key, else AdamScale for Adam and AdamW,
+    else AdaScale); name the checkpoint state's. Keyword-only:
+    init_batch_size M0 (default NOMAD_META_pollux_init_batch_size, else
+    the training data loader's batch_size); lr_scaling a rule's name.
+    Other keywords (DistributedDataParallel's) are accepted and ignored."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, lr_scheduler=None,
-                 name: str = "pollux-dataparallel", init_batch_size: Optional[int] = None,
-                 lr_scaling: Optional[str] = None, scaling_rule=None, mp_scaler=None):
+                 mp_scaler=None, scaling_rule: Optional[scaling_rules.ScalingRuleBase] = None,
+                 name: str = "pollux-dataparallel", *, init_batch_size: Optional[int] = None,
+                 lr_scaling: Optional[str] = None, **ddp_kwargs):
         super().__init__()
         _core._require()
         self.module = model
@@ -185,18 +196,26 @@ class AdaptiveDataParallel(torch.nn.Module):
         self.lr_scheduler = lr_scheduler
         self._replicas, self._rank = _core.world_size(), _core.rank()
         if mp_scaler is not None:
-            raise ValueError("AdaptiveDataParallel: mp_scaler (mixed precision) is not supported")
-        if scaling_rule is not None and lr_scaling is None:
-            # AdaptDL's rule objects, by class name.
-            names = {"AdaScale": "adascale", "LinearScale": "linear", "SqrtScale": "sqrt"}
-            lr_scaling = scaling_rule if isinstance(scaling_rule, str) else names.get(type(scaling_rule).__name__)
-            if lr_scaling is None:
-                raise ValueError("AdaptiveDataParallel: unsupported scaling_rule %r: use lr_scaling='adascale', "
-                                 "'linear', 'sqrt' or 'none'" % (scaling_rule,))
-        rule = lr_scaling or os.environ.get("NOMAD_META_pollux_lr_scaling", "").strip() or "adascale"
-        if rule not in RULES:
-            raise ValueError("NOMAD_META_pollux_lr_scaling: unknown rule %r: want one of %s" % (rule, ", ".join(RULES)))
-        self.lr_scaling = rule
+            raise ValueError("AdaptiveDataParallel: mp_scaler (mixed precision) is not supported; pass None")
+        if ddp_kwargs:
+            _log.info("AdaptiveDataParallel: ignoring DistributedDataParallel arguments %s", sorted(ddp_kwargs))
+        if isinstance(scaling_rule, str) and lr_scaling is None:
+            scaling_rule, lr_scaling = None, scaling_rule
+        if scaling_rule is not None and not isinstance(scaling_rule, scaling_rules.ScalingRuleBase):
+            raise ValueError("AdaptiveDataParallel: scaling_rule must be a pollux.torch.scaling_rules object, got %r"
+                             % (scaling_rule,))
+        if scaling_rule is None:
+            meta = os.environ.get("NOMAD_META_pollux_lr_scaling", "").strip()
+            name_ = lr_scaling or meta
+            if not name_:
+                name_ = "adamscale" if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) else "adascale"
+            try:
+                scaling_rule = scaling_rules.rule_named(name_)
+            except ValueError as e:
+                where = "lr_scaling" if lr_scaling else "NOMAD_META_pollux_lr_scaling"
+                raise ValueError("%s: %s" % (where, e)) from None
+        self.scaling_rule = scaling_rule
+        self.lr_scaling = scaling_rule.name or type(scaling_rule).__name__
         self._m0 = init_batch_size or _positive_int_env("NOMAD_META_pollux_init_batch_size")
         self.noise = GradientNoise(self._m0 or 1)
         self.steps = 0
@@ -208,12 +227,10 @@ class AdaptiveDataParallel(torch.nn.Module):
         self._numel = sum(p.numel() for p in self._params)
         self._flat = None
         self._slots = []
-        if self._replicas > 1:
-            with torch.no_grad():
-                for t in list(model.parameters()) + list(model.buffers()):
-                    dist.broadcast(t.data, 0)
         self._state = _ParallelState(name, self)
-        checkpoint.load_state(self._state)
+        # Restored from the checkpoint replica 0 sent: every replica has
+        # the same parameters. Otherwise they are copied at the first forward.
+        self._synced_params = checkpoint.load_state(self._state) or self._replicas == 1
         self._real_step = optimizer.step
         self._real_zero_grad = optimizer.zero_grad
         def step(closure=None):
@@ -221,6 +238,7 @@ class AdaptiveDataParallel(torch.nn.Module):
         step._with_counter = True  # the scheduler's own wrapper is inside (_real_step): no warning
         optimizer.step = step
         optimizer.zero_grad = self._zero_grad
+        scaling_rule.initialize(self, optimizer, patch_optimizer=True)
         self._reset_accumulation()
         self._reporter = None
         self._restart_reported = False
@@ -229,7 +247,7 @@ class AdaptiveDataParallel(torch.nn.Module):
         if self._rank == 0 and env.job_id() and os.environ.get("CONSUL_HTTP_ADDR"):
             try:
                 self._reporter = report.Reporter(
-                    prefix=env.kv_prefix(), rank=0, init_batch_size=self._m0 or None,
+                    rank=0, init_batch_size=self._m0 or None,
                     min_interval=float(os.environ.get("POLLUX_REPORT_INTERVAL", "30")))
                 self._follower = self._reporter.follow_decisions()
             except ValueError as e:
@@ -237,16 +255,49 @@ class AdaptiveDataParallel(torch.nn.Module):
         atexit.register(self._close_reporter)
         _core.ctx.model = self
 
+    def _sync_params(self):
+        """Copy replica 0's parameters and buffers to the others (collective)."""
+        self._synced_params = True
+        with torch.no_grad():
+            for t in list(self.module.parameters()) + list(self.module.buffers()):
+                dist.broadcast(t.data, 0)
+
+    def zero_grad(self, set_to_none: bool = False):
+        """The model's zero_grad: the optimizer's (kept while gradients accumulate)."""
+        self._zero_grad(set_to_none)
+
+    @property
+    def gns(self) -> "gradient_noise_scale.GradientNoiseScale":
+        """The gradient noise statistics, with AdaptDL's accessors."""
+        from pollux.torch import gradient_noise_scale
+        return gradient_noise_scale.GradientNoiseScale(self)
+
+    def to_tensorboard(self, writer, global_step: int, tag_prefix: str = ""):
+        """Write the gradient statistics, gain, learning-rate factor and
+        progress to TensorBoard: writer is a SummaryWriter or a log directory."""
+        w = _tensorboard.writer_for(writer)
+        if w is None:
+            return
+        p = _tensorboard.prefix(tag_prefix)
+        est = self.noise.estimates() or (0.0, 0.0)
+        w.add_scalar(p + "Gradient_Norm_Sqr", est[0], global_step)
+        w.add_scalar(p + "Gradient_Variance", est[1], global_step)
+        w.add_scalar(p + "Gain", self.gain, global_step)
+        w.add_scalar(p + "Learning_Rate_Factor", self.lr_factor, global_step)
+        w.add_scalar(p + "Progress", self.progress, global_step)
+
     # ---- the wrapped module ----------------------------------------------
 
     def forward(self, *args, **kwargs):
+        if not self._synced_params:
+            self._sync_params()
         return self.module(*args, **kwargs)
 
     @property
     def gain(self) -> float:
         """AdaScale's gain at the current batch size."""
         loader = _core.ctx.loader
-        m = loader.current_batch_size if loader is not None else (self._m0 or 1)
+        m = loader._batch_size() if loader is not None else (self._m0 or 1)
         return self.noise.gain(m)
 
     @property
@@ -294,9 +345,8 @@ class AdaptiveDataParallel(torch.nn.Module):
         return self._flat
 
     def _zero_grad(self, set_to_none: bool = False):
-        loader = _core.ctx.loader
-        if loader is not None and loader.accum_pos > 0:
-            return  # accumulating: keep the micro-batches' gradients
+        if self._micros > 0:
+            return  # accumulating: keep the micro-batches' gradients until the synchronising step
         if self._flat is not None:
             self._views()
             self._flat.zero_()  # in place, whatever set_to_none says: .grad stays a view
@@ -324,6 +374,10 @@ class AdaptiveDataParallel(torch.nn.Module):
         now = time.perf_counter()
         _core.arm_signals()
         loader = _core.ctx.loader
+        if loader is not None:
+            loader._stepped = True
+        if not self._synced_params:
+            self._sync_params()
         if self._m0 is None:
             self._m0 = loader.batch_size if loader is not None else 1
             self.noise.m0 = float(self._m0)
@@ -361,7 +415,7 @@ class AdaptiveDataParallel(torch.nn.Module):
         grad = flat
         batch = loader.step.size if loader is not None else (self._m0 or 1) * self._replicas
         self.noise.update(local_sqr, float(torch.dot(grad, grad)), count, batch, grad)
-        self.lr_factor = scale_factor(self.lr_scaling, self.noise, batch)
+        self.lr_factor = float(self.scaling_rule.scale_lr(batch / self.noise.m0))
         groups = self.optimizer.param_groups
         base = [g["lr"] for g in groups]
         for g in groups:
@@ -382,9 +436,9 @@ class AdaptiveDataParallel(torch.nn.Module):
         micros = self._micros
         self._reset_accumulation()
         if self._reporter is not None and loader is not None and loader.training \
-                and batch == loader.current_batch_size:
+                and batch == loader._batch_size():
             try:
-                cfg = report.StepConfig(env.num_nodes(), self._replicas, loader.current_local_bsz, micros - 1)
+                cfg = report.StepConfig(env.num_nodes(), self._replicas, loader._local(), micros - 1)
                 self._reporter.observe(cfg, compute_time, step_time, max(sync_time, 0.0))
                 est = self.noise.estimates()
                 if est is not None:
