@@ -6,7 +6,11 @@ PKGS    := ./...
 PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
+<<<<<<< HEAD
 .PHONY: help build simulate test unit deps servers cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality scale-quality load demo ci clean
+=======
+.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality load demo ci clean
+>>>>>>> h-docker
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -14,7 +18,7 @@ help: ## show this help
 build: ## build bin/pollux
 	$(GO) build -o $(BIN)/pollux ./cmd/pollux
 
-test: deps servers ## all tests: unit, property, fidelity, quality, and end-to-end on a real local cluster
+test: deps servers train-image ## all tests: unit, property, fidelity, quality, and end-to-end on a real local cluster
 	scripts/with-cluster.sh sh -c '$(GO) test -p 1 -count=1 -timeout 60m $(PKGS) && PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m unittest discover -s worker/python -v'
 
 unit: ## the tests that need no servers
@@ -22,6 +26,10 @@ unit: ## the tests that need no servers
 
 deps: ## install the Debian packages the tests use (PyTorch, scikit-learn, Chromium + driver, promtool), once
 	scripts/install-deps.sh
+
+train-image: ## install and start Docker, build the example job's image (deploy/examples/Dockerfile) locally, once; later runs reuse its base
+	scripts/install-docker.sh
+	scripts/build-train-image.sh
 
 servers: ## build Consul v1.16.1 and Nomad v1.6.1 once into $$HOME/.cache/pollux
 	scripts/install-servers.sh >/dev/null

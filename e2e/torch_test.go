@@ -211,7 +211,17 @@ func TestTorchTraining(t *testing.T) {
 			e.dumpTaskLogs(id)
 		}
 	})
-	logPath := filepath.Join(dir, "train.jsonl")
+	e.rescaleDigits(id, filepath.Join(dir, "train.jsonl"), epochs)
+}
+
+// rescaleDigits runs the digits job id (registered on 1 GPU at most, with
+// pollux_min_gpus = pollux_max_gpus = 1) through a controller: 1 GPU, then
+// 5 GPUs on both clients, then at most 2, until it completes; then checks
+// the processes' log at logPath (see TestTorchTraining) and the job's
+// profile entries.
+func (e *env) rescaleDigits(id, logPath string, epochs int) {
+	t := e.t
+	t.Helper()
 	c := e.controller("torch", func(cfg *jobs.Config) { cfg.ExploreFactor = 8 })
 	ctx := context.Background()
 

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // GPU types on Nomad. With Config.GPUTypeSource

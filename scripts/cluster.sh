@@ -51,6 +51,12 @@
 # meta key gpu_type (the controller's gpu_type_source = "meta.gpu_type").
 # The fake devices stay nomad/file/mock on every client.
 #
+# POLLUX_DOCKER=1 enables Nomad's docker driver on the clients (dockerd must
+# answer: scripts/install-docker.sh) and gives every client the host volume
+# "pollux-checkpoints" at <dir>/checkpoints, the one directory all clients
+# see, as the example job (deploy/examples/train.nomad.hcl) expects. `down`
+# removes any container of the cluster's allocations that Nomad left.
+#
 # State, logs and PIDs live in POLLUX_CLUSTER_DIR (default <repo>/.cluster,
 # git-ignored). `up` writes <dir>/env with export lines for NOMAD_ADDR,
 # CONSUL_HTTP_ADDR, POLLUX_DEVICE and POLLUX_CLUSTER_DIR.
@@ -71,6 +77,7 @@ off=${POLLUX_PORT_OFFSET:-11000}
 ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
 consul_dev=${POLLUX_CONSUL_DEV:-1}
 gpu_types=${POLLUX_GPU_TYPES:-}
+docker=${POLLUX_DOCKER:-0}
 device=nomad/file/mock
 
 # secure_mode: ACL and TLS of this cluster: as recorded at `up`, else from
@@ -360,7 +367,15 @@ consul {
   client_auto_join = false
 }
 EOF
-  local i meta gtype
+  local i meta gtype denylist="docker,qemu,java,exec,podman" extra=""
+  if [ "$docker" = 1 ]; then
+    denylist="qemu,java,exec,podman"
+    mkdir -p "$dir/checkpoints"
+    extra='  host_volume "pollux-checkpoints" {
+    path      = "'"$dir/checkpoints"'"
+    read_only = false
+  }'
+  fi
   for i in $(seq 1 "$clients"); do
     meta=""
     if [ -n "$gpu_types" ]; then
@@ -392,9 +407,10 @@ client {
   network_interface = "lo"
   options {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-    "driver.denylist"      = "docker,qemu,java,exec,podman"
+    "driver.denylist"      = "$denylist"
   }
 $meta
+$extra
 }
 consul {
   address          = "127.0.0.1:$consul_http"
@@ -692,6 +708,10 @@ do_up() {
     mkdir -p "$dir/client-$i" "$dir/gpus-$i"
     for p in $(seq 0 $((gpus - 1))); do : >"$dir/gpus-$i/gpu-$i-$p"; done
   done
+  if [ "$docker" = 1 ]; then
+    docker info >/dev/null 2>&1 || die "POLLUX_DOCKER=1: dockerd does not answer (scripts/install-docker.sh starts it)"
+    : >"$dir/docker"
+  fi
   write_configs
   if [ "$acl" = 1 ] || [ "$tls" = 1 ]; then
     echo "$acl $tls" >"$dir/secure"
@@ -770,6 +790,17 @@ do_down() {
         sleep 0.5
       done
     fi
+  fi
+  # 1b. Containers of allocations the clients could not stop (a killed
+  #     client leaves its tasks running, as in production).
+  if [ -f "$dir/docker" ] && command -v docker >/dev/null; then
+    local c ids
+    ids=$(get "$(nomad_addr)/v1/allocations?namespace=*" 2>/dev/null | jq -r '.[].ID' || true)
+    for c in $(docker ps -aq --filter label=com.hashicorp.nomad.alloc_id 2>/dev/null); do
+      if grep -qx "$(docker inspect -f '{{index .Config.Labels "com.hashicorp.nomad.alloc_id"}}' "$c" 2>/dev/null)" <<<"$ids"; then
+        docker rm -f "$c" >/dev/null 2>&1 || true
+      fi
+    done
   fi
   # 2. Remember everything the agents started (executors, logmons, tasks),
   #    then stop the agents by their recorded PIDs: clients, server, consul.

@@ -9,9 +9,66 @@
 # reallocation restarts the tasks, which resume from their checkpoint.
 # Re-submit with `nomad job run -preserve-counts` to keep Pollux's shape.
 #
-# The image needs Python 3 with torch, the pollux package installed
-# (`pip install ./worker/python`, see deploy/examples/Dockerfile) and the
-# training script.
+# The image needs Python 3 with torch, the pollux worker package installed
+# (pip install ./worker/python) and the training script in /app:
+# deploy/examples/Dockerfile builds one (scripts/build-train-image.sh).
+#
+# The variables below default to a GPU cluster; the end-to-end test runs
+# this file as it is with CPU values (`nomad job run -var gpu_device=... `).
+
+variable "image" {
+  description = "the training image (deploy/examples/Dockerfile)"
+  type        = string
+  default     = "registry.example.internal/ml/digits:latest"
+}
+
+variable "gpu_device" {
+  description = "the device each training process gets one of"
+  type        = string
+  default     = "nvidia/gpu"
+}
+
+variable "consul_addr" {
+  description = "the Consul agent the workers report to (host:port)"
+  type        = string
+  # Nomad interpolates the node attribute at run time.
+  default = "$${attr.unique.network.ip-address}:8500"
+}
+
+variable "kv_prefix" {
+  description = "the Consul KV prefix of the Pollux agent's configuration (kv_prefix)"
+  type        = string
+  default     = "pollux/"
+}
+
+variable "epochs" {
+  type    = number
+  default = 30
+}
+
+variable "train_args" {
+  description = "further arguments of train_digits.py (e.g. [\"--step-delay\", \"0.1\"] to slow a CPU run down)"
+  type        = list(string)
+  default     = []
+}
+
+variable "cpu" {
+  description = "CPU MHz per task"
+  type        = number
+  default     = 4000
+}
+
+variable "memory" {
+  description = "memory MiB per task"
+  type        = number
+  default     = 16384
+}
+
+variable "train_log" {
+  description = "a file (inside the task) each replica appends JSON lines to about what it did; empty: none"
+  type        = string
+  default     = ""
+}
 
 job "digits" {
   datacenters = ["*"]
@@ -61,11 +118,11 @@ job "digits" {
       driver = "docker"
 
       config {
-        image        = "registry.example.internal/ml/digits:latest"
+        image        = var.image
         network_mode = "host" # gloo/NCCL open connections between all processes
         command      = "python3"
-        args = ["-m", "pollux.torch.launch", "--rendezvous-timeout", "300",
-                "/app/train_digits.py", "--epochs", "30"]
+        args = concat(["-m", "pollux.torch.launch", "--rendezvous-timeout", "300",
+        "/app/train_digits.py", "--epochs", "${var.epochs}"], var.train_args)
       }
 
       volume_mount {
@@ -77,7 +134,9 @@ job "digits" {
         # One directory per job in the shared volume.
         POLLUX_CHECKPOINT_DIR = "/checkpoints/${NOMAD_NAMESPACE}/${NOMAD_JOB_ID}"
         # Metrics and the rendezvous go to Consul KV under pollux/jobs/<ns>/<job>/.
-        CONSUL_HTTP_ADDR      = "${attr.unique.network.ip-address}:8500"
+        CONSUL_HTTP_ADDR      = var.consul_addr
+        POLLUX_KV_PREFIX      = var.kv_prefix
+        TRAIN_LOG             = var.train_log
         NCCL_SOCKET_IFNAME    = "^lo,docker"
       }
 
@@ -86,11 +145,17 @@ job "digits" {
       kill_timeout = "60s"
 
       resources {
-        cpu    = 4000
-        memory = 16384
+        cpu    = var.cpu
+        memory = var.memory
 
-        device "nvidia/gpu" {
-          count = 1 # Pollux rewrites it per node
+        # A block label cannot be an expression: a dynamic block names the
+        # device from the variable.
+        dynamic "device" {
+          for_each = [var.gpu_device]
+          labels   = [device.value]
+          content {
+            count = 1 # Pollux rewrites it per node
+          }
         }
       }
     }
