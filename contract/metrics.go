@@ -58,7 +58,7 @@ type Metrics struct {
 	// Profile holds one entry per observed configuration (at least one).
 	Profile []ProfileEntry `json:"profile"`
 	// Restart is the worker's report of how long its last (re)start took
-	// (optional, a contract addition of issue 13).
+	// (optional).
 	Restart *Restart `json:"restart,omitempty"`
 	// RestartErr is set by ParseMetrics when the document's restart
 	// object was invalid: the object is then dropped (Restart is nil) and

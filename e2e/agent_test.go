@@ -157,7 +157,7 @@ func (p *agentProc) metric(name string) float64 {
 	return -1
 }
 
-// TestTwoAgentsOneLeader (issue 3, test 5): two agents run; only the
+// TestTwoAgentsOneLeader: two agents run; only the
 // leader runs rounds; SIGKILL the leader, the other takes over within
 // about twice the session TTL and goes on.
 func TestTwoAgentsOneLeader(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
-// TestRescaleTwoJobs (issue 3, tests 1 and 2): two tagged jobs with
+// TestRescaleTwoJobs: two tagged jobs with
 // metrics get rescaled; what Nomad actually placed (device IDs per node)
 // matches the decision, one job spans both clients, and the output meta
 // keys are set and consistent.
@@ -125,7 +125,7 @@ func (c editingCluster) Apply(ctx context.Context, ch jobs.Change) (uint64, erro
 	return c.Cluster.Apply(ctx, ch)
 }
 
-// TestOperatorEditIsKept (issue 3, test 3): an operator's change between
+// TestOperatorEditIsKept: an operator's change between
 // the controller's read and write is kept; the controller reports a
 // conflict and decides again next round.
 func TestOperatorEditIsKept(t *testing.T) {
@@ -182,7 +182,7 @@ func TestOperatorEditIsKept(t *testing.T) {
 	}
 }
 
-// TestBadJobsAreSkipped (issue 3, test 4): a job with malformed meta and a
+// TestBadJobsAreSkipped: a job with malformed meta and a
 // job with garbage metrics are reported and skipped (the garbage one keeps
 // being scheduled on defaults) while a good job is still served.
 func TestBadJobsAreSkipped(t *testing.T) {
@@ -241,7 +241,7 @@ func TestBadJobsAreSkipped(t *testing.T) {
 	}
 }
 
-// TestRestartResumesFromState (issue 3, test 6): a new controller (a
+// TestRestartResumesFromState: a new controller (a
 // restart or a new leader) resumes from the state in Consul: no refit of
 // unchanged metrics, and no job whose allocation is unchanged is touched.
 func TestRestartResumesFromState(t *testing.T) {

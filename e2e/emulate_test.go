@@ -12,7 +12,7 @@ import (
 	"github.com/pollux-nomad/pollux/emulate"
 )
 
-// TestEmulatedJobResumes (issue 4, emulated trainer): a `pollux emulate`
+// TestEmulatedJobResumes: a `pollux emulate`
 // task trains BERT at 200x speed, reporting real metrics; the controller
 // then reallocates it, which restarts the task; the new incarnation
 // resumes from its checkpoint and the job completes with exit code 0.

@@ -24,7 +24,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 )
 
-// The reliability tests of issue 5: each breaks a real server (or the
+// The reliability tests: each breaks a real server (or the
 // controller) while jobs run, and checks that nothing is lost and no job
 // is left half-changed. Each starts a dedicated cluster (cluster_test.go),
 // so the shared one of the other tests is never disturbed.

@@ -16,7 +16,7 @@ import (
 	"github.com/pollux-nomad/pollux/model"
 )
 
-// TestGPUTypesOnNomad (issue 12, "On Nomad"): a dedicated cluster whose
+// TestGPUTypesOnNomad: a dedicated cluster whose
 // two clients carry different GPU types in their node meta (client-1 t4,
 // client-2 a100, cluster.sh's POLLUX_GPU_TYPES), a controller with
 // gpu_type_source = "meta.gpu_type" and the pollux policy (the type is

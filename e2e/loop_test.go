@@ -9,7 +9,7 @@ import (
 	"github.com/pollux-nomad/pollux/workload"
 )
 
-// TestClosedLoopSmall (issue 4, closed loop): three jobs of workload 1 as
+// TestClosedLoopSmall: three jobs of workload 1 as
 // emulated trainers at 200x speed, driven by the controller on the real
 // cluster: every job finishes, and the controller reallocated jobs while
 // they ran, changing their batch size, without any starting over.

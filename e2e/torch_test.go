@@ -179,7 +179,7 @@ type phase struct {
 	metaRound int64
 }
 
-// TestTorchTraining (issue 11): a real PyTorch job (the digits example,
+// TestTorchTraining: a real PyTorch job (the digits example,
 // under the launcher) is started by the controller on 1 GPU, moved to 5
 // GPUs across both clients, then shrunk to at most 2. From what the
 // training processes logged it checks that every allocation formed one

@@ -38,7 +38,7 @@ type Traits struct {
 	ProjectedGoodput bool
 	// StartReplicas is the most GPUs the policy gives a job that has not
 	// been profiled yet when the runner leaves it to the policy (0: one).
-	// Pollux: 4 (the controller's explore_start; issue 13); Sia: one,
+	// Pollux: 4 (the controller's explore_start); Sia: one,
 	// as its bootstrapping profiles one GPU of each type.
 	StartReplicas int
 	// TypedStartReplicas, if positive, replaces StartReplicas on a
