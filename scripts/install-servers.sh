@@ -57,11 +57,24 @@ if [ ! -x "$bin/nomad" ] || [[ "$(version "$bin/nomad")" != *"${NOMAD_VERSION#v}
   (cd "$src" && go build -o "$bin/nomad.tmp" . && mv "$bin/nomad.tmp" "$bin/nomad")
 fi
 
-if [ ! -x "$bin/plugins/example-fs-device" ]; then
-  log "building nomad's example device plugin"
+# The example device plugin gives each fake GPU to a task as an environment
+# variable (FAKE_GPU_IDS), as the NVIDIA plugin does, instead of a bind
+# mount of its file: Nomad 1.6.1's task runner keeps only the device hook's
+# mounts when a device plugin returns any (hookResources.setMounts replaces
+# the volume hook's), which would drop the host volume of a docker task
+# such as the example job's checkpoints. The stamp file marks that build.
+stamp=$bin/plugins/.example-fs-device-env
+if [ ! -x "$bin/plugins/example-fs-device" ] || [ ! -f "$stamp" ]; then
+  log "building nomad's example device plugin (devices as environment, not mounts)"
   src=$(fetch github.com/hashicorp/nomad "$NOMAD_VERSION")
+  dev=$src/plugins/device/cmd/example/device.go
+  if ! grep -q FAKE_GPU_IDS "$dev"; then
+    perl -0pi -e 's{\t\t// Add a mount\n\t\tresp\.Mounts = append\(resp\.Mounts, &device\.Mount\{.*?\n\t\t\}\)\n}{\t\t// Hand the device over as an environment variable.\n\t\tif resp.Envs == nil {\n\t\t\tresp.Envs = map[string]string{}\n\t\t}\n\t\tif v := resp.Envs["FAKE_GPU_IDS"]; v != "" {\n\t\t\tid = v + "," + id\n\t\t}\n\t\tresp.Envs["FAKE_GPU_IDS"] = id\n\t\t_ = deviceDir\n}s' "$dev"
+    grep -q FAKE_GPU_IDS "$dev" || { log "could not patch $dev"; exit 1; }
+  fi
   (cd "$src" && go build -o "$bin/plugins/example-fs-device.tmp" ./plugins/device/cmd/example/cmd \
      && mv "$bin/plugins/example-fs-device.tmp" "$bin/plugins/example-fs-device")
+  : >"$stamp"
 fi
 
 version "$bin/consul" >&2

@@ -92,6 +92,17 @@ def main():
     net = pollux.torch.AdaptiveDataParallel(model, optimizer, scheduler)
     loss_fn = nn.CrossEntropyLoss()
 
+    def validate(stats):
+        net.eval()
+        with torch.no_grad():
+            for inputs, targets in validloader:
+                pred = net(inputs).argmax(dim=1)
+                stats["correct"] += (pred == targets).sum().item()
+                stats["valid"] += len(targets)
+
+    # A restart after the last epoch (the checkpoint says all are done)
+    # runs no epoch: the final accuracy is then measured here.
+    acc = None
     # Pollux: epochs continue from the checkpoint after a restart.
     for epoch in pollux.torch.remaining_epochs_until(a.epochs):
         net.train()
@@ -113,12 +124,7 @@ def main():
                 if a.step_delay:
                     time.sleep(a.step_delay)
         scheduler.step()
-        net.eval()
-        with torch.no_grad():
-            for inputs, targets in validloader:
-                pred = net(inputs).argmax(dim=1)
-                stats["correct"] += (pred == targets).sum().item()
-                stats["valid"] += len(targets)
+        validate(stats)
         with stats.synchronized():
             acc = stats["correct"] / max(stats["valid"], 1)
             if rank == 0:
@@ -127,6 +133,11 @@ def main():
                 print("epoch %d: loss %.4f, validation accuracy %.4f (%d replicas, batch %d)" % (
                     epoch, stats["loss_sum"] / max(stats["total"], 1), acc, world, batch_size),
                     flush=True)
+    if acc is None:
+        stats = pollux.torch.Accumulator()
+        validate(stats)
+        with stats.synchronized():
+            acc = stats["correct"] / max(stats["valid"], 1)
     if rank == 0:
         log("done", step=net.steps, val_acc=acc)
 
