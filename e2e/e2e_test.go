@@ -287,7 +287,7 @@ func TestRestartResumesFromState(t *testing.T) {
 // TestRoundLatency measures one full round (snapshot, fit, optimise,
 // apply, publish) against the real servers with 10 and 50 tagged jobs.
 // It asserts that every job is served; the durations are logged for the
-// README, never asserted.
+// evaluation docs (docs/evaluation.md), never asserted.
 func TestRoundLatency(t *testing.T) {
 	for _, n := range []int{10, 50} {
 		t.Run(strconv.Itoa(n)+" jobs", func(t *testing.T) {

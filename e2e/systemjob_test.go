@@ -23,7 +23,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 )
 
-// The system job, deployed as the README documents: deploy/pollux.nomad.hcl
+// The system job, deployed as docs/operators.md documents: deploy/pollux.nomad.hcl
 // itself, parsed by Nomad (/v1/jobs/parse) with variables, the binary
 // served as a tarball from a local HTTP server. The local cluster's clients
 // share 127.0.0.1, so the test asks for a dynamic port (http_port = 0),

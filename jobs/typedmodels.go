@@ -237,7 +237,7 @@ func relocate(nodes []policy.Node, used, capacity map[string]int, t string, k, m
 // profiles, else "" (not pooled). On one type a job's own fit is kept, as
 // the simulator does: sharing there was measured slower (sia-philly-1..8
 // on t4:16x4 under -rules sia: 6933 -> 7075 s), while on the 3-type
-// cluster it is what places jobs right (README, "Shared profiles").
+// cluster it is what places jobs right (docs/experiments.md, "Shared profiles").
 func (c *Controller) sharedKey(r *round, e *entry) string {
 	if !r.traits.SharedProfiles || !SeveralGPUTypes(r.nodeType) {
 		return ""

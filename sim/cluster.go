@@ -100,7 +100,7 @@ const (
 	// slowdowns, per-placement micro-batch limits, restarts only when the
 	// placement shape or GPU type changes, placements wider than the
 	// profiled nodes reshaped, and the policy's view of a job's batch size
-	// capped at its trace's. See README "Simulator on typed clusters".
+	// capped at its trace's. See docs/simulator.md, "Typed clusters".
 	RulesSia Rules = "sia"
 )
 

@@ -35,7 +35,7 @@ const (
 	// (-rules sia) 4453 -> 4400 s, 2.08 -> 2.14 restarts per job. A growth
 	// bar of 0.35 cut the restarts further under the flat delays (2610 s,
 	// 1.96) but cost 6.6% of JCT under Sia's, where a job grows at most
-	// 2x per step (README, "Toward 0.95x").
+	// 2x per step (docs/experiments.md, "Toward 0.95× the published mean").
 	DefaultRestartHysteresis = 0.45
 	DefaultGrowthHysteresis  = 0.3
 	DefaultServiceWeight     = 14400.0
@@ -65,7 +65,7 @@ const (
 	// starves long jobs (sia-newtrace-1 and -2: 1.100x sia, p99 JCT 1.43x
 	// sia's); 28800 s (8 h) gives 1.014x there with sia-philly-1..8 at
 	// 2219 s against 2206 s and fewer restarts (2.32 against 2.57 per
-	// job; 14400 s: 2212 s and 1.035x). README, "Age weights".
+	// job; 14400 s: 2212 s and 1.035x). docs/experiments.md, "Age weights".
 	TypedAgeScale = 28800.0
 	TypedAgePower = 1.0
 	// TypedStandInKnee and StandInKneeSlope are the default
@@ -74,21 +74,21 @@ const (
 	// linear stand-in and up to 4): sia-philly-1..8 at GA seeds 1, 2, 3
 	// 2163, 2189, 2176 -> 2147, 2165, 2160 s (each seed lower) with 2.07
 	// -> 1.95 restarts per job; sia-helios-1..10 2515 -> 2485 s;
-	// slope 0.3 2153 s, 0.7 2164 s (seed 1). README, "Knee".
+	// slope 0.3 2153 s, 0.7 2164 s (seed 1). docs/experiments.md, "Knee".
 	TypedStandInKnee = 4
 	StandInKneeSlope = 0.5
 	// TypedFirstHold is the default FirstHold on a cluster of
 	// several GPU types. Measured under -rules sia on the 3-type cluster
 	// (against none): sia-philly-1..8 at GA seeds 1, 2, 3 2147, 2165, 2160
 	// -> 2122, 2125, 2141 s; holds of 1, 3 and 5 restart times 2147,
-	// 2171, 2189 s (seed 1). README, "First hold".
+	// 2171, 2189 s (seed 1). docs/experiments.md, "First hold".
 	TypedFirstHold = 2.0
 	// DefaultStallGenerations and SmallClusterGPUs are the
 	// size-aware default of StallGenerations. Measured on the artifact's
 	// 64-GPU cluster: a warm round 24-30 ms -> 13 ms; the eight artifact
 	// workloads' mean average JCT over seeds 1-5 2663 -> 2665 s (+0.08%),
 	// each of five held-out generated workloads 0.0-2.0% faster; on 1024
-	// GPUs (640 jobs) 1621 -> 1677 s, hence the bound (README, Quality).
+	// GPUs (640 jobs) 1621 -> 1677 s, hence the bound (docs/experiments.md, "Toward 0.95× the published mean").
 	DefaultStallGenerations = 20
 	// SmallClusterGPUs bounds the clusters (of one GPU type) where
 	// the stall rule is on by default and growth pays the restart
@@ -164,7 +164,7 @@ type Config struct {
 	// 0.3, on one GPU type with more than SmallClusterGPUs GPUs;
 	// before growth had its own bar, one value of 0.3 for every
 	// change took restarts per job from 3.45 to 1.86 with a lower average
-	// JCT; see the README's Quality section); a negative value disables
+	// JCT; docs/experiments.md, "Restart hysteresis"); a negative value disables
 	// it, as the artifact. On a cluster of several GPU types 0 means
 	// TypedRestartHysteresis (0.5).
 	RestartHysteresis float64
@@ -193,7 +193,7 @@ type Config struct {
 	// Measured on the eight artifact workloads (seed 1, hysteresis 0.3):
 	// A0 = 3600 s mean average JCT 2644 -> 2600 s but 1.86 -> 2.46
 	// restarts per job and workload-1 +4.4%; A0 = 14400 s 2619 s, 2.24
-	// restarts (README, Quality).
+	// restarts (docs/experiments.md, "Toward 0.95× the published mean").
 	ServiceWeight float64
 	// ServiceWeightExact uses a job's attained service as it is in the
 	// service weight. By default it is rounded down to A0/8 times a power

@@ -1,7 +1,7 @@
 """Where this task group sits in the job, and how the groups find each other.
 
 The Pollux controller shapes a job into one task group per node, in rank
-order (README, "How a placement is written into the job"): the worker group
+order (docs/operators.md, "How a placement is written into the job"): the worker group
 ``G`` has rank 0 and copies ``G-r1``, ``G-r2``, ... the higher ranks. It
 writes the job meta ``pollux_placement`` (``node:gpus,...`` in rank order),
 ``pollux_num_replicas``, ``pollux_num_nodes`` and ``pollux_round``, and
