@@ -8,13 +8,16 @@ POLLUX_STANDALONE_INTERVAL optimizer steps (default 50), for the replicas
 the job has, by the goodput of Pollux (Qiao et al., OSDI '21, section 3):
 
     goodput(m, s) = throughput(m, s) x efficiency(M),   M = m K (s + 1)
-    throughput    = M / T(m, s),  T = (s + 1) (alpha + beta m) + sync
+    throughput    = M / T(m, s),  T = (s + 1) (alpha + beta m) + c
     efficiency(M) = gain(M) / (M / M0) = (phi + M0) / (phi + M)
 
 gain is AdaScale's, from the gradient statistics the model measures
 (phi = M0 var / sqr, the gradient noise scale); alpha + beta m is the
 compute time of one micro-batch, fitted by least squares to the mean
-times observed per micro-batch size, and sync the mean all-reduce time.
+times observed per micro-batch size, and c the mean rest of a step's wall
+time (the all-reduce, the optimizer, data loading, the script's code).
+A new configuration is adopted only if its predicted goodput beats the
+current one's by MIN_SPEEDUP (AdaptDL's threshold, 5%).
 Until two micro-batch sizes were observed, alpha is taken as 10% of the
 observed time (a fixed per-batch cost; the fit replaces it as soon as a
 second size was run). The chosen configuration is adopted by every
@@ -26,7 +29,9 @@ import math
 import os
 from typing import Dict, Optional, Tuple
 
-__all__ = ["enabled", "Profile", "choose"]
+__all__ = ["enabled", "Profile", "choose", "goodput"]
+
+MIN_SPEEDUP = 1.05
 
 
 def _flag(raw: str, name: str) -> Optional[bool]:
@@ -105,6 +110,17 @@ def efficiency(m_total: float, m0: float, est) -> float:
         return m0 / m_total  # pure noise: no gain from a larger batch
     phi = m0 * var / sqr
     return (phi + m0) / (phi + m_total)
+
+
+def goodput(profile: Profile, est, m0: float, replicas: int, m: int, s: int) -> Optional[float]:
+    """The predicted goodput (samples/s, at M0's statistical efficiency) of (m, s)."""
+    fit = profile.fit()
+    if fit is None:
+        return None
+    alpha, beta = fit
+    total = m * replicas * (s + 1)
+    t = (s + 1) * (alpha + beta * m) + profile.sync[1]
+    return total / t * efficiency(total, m0, est)
 
 
 def choose(profile: Profile, est, m0: float, replicas: int, bounds: Tuple[int, int], max_batch: int,

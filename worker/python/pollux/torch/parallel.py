@@ -221,6 +221,8 @@ class AdaptiveDataParallel(torch.nn.Module):
         self._m0 = init_batch_size or _positive_int_env("NOMAD_META_pollux_init_batch_size")
         self.noise = GradientNoise(self._m0 or 1)
         self.profile = _standalone.Profile()
+        self._last_step_end = None
+        self._last_config = None
         self.steps = 0
         self.progress = 0.0
         self.last_lr: List[float] = [g["lr"] for g in optimizer.param_groups]
@@ -393,6 +395,10 @@ class AdaptiveDataParallel(torch.nn.Module):
         if best is None:
             return 0, 0
         m, s, goodput = best
+        now = _standalone.goodput(self.profile, self.noise.estimates(), self.noise.m0, self._replicas,
+                                  loader._local(), loader._accum)
+        if now and goodput < now * _standalone.MIN_SPEEDUP:
+            return 0, 0  # not worth a change (measurements are noisy)
         if (m, s) != (loader._local(), loader._accum):
             _log.info("standalone: micro-batch %d x %d replicas x %d (batch %d), predicted goodput %.1f samples/s",
                       m, self._replicas, s + 1, m * self._replicas * (s + 1), goodput)
@@ -463,8 +469,14 @@ class AdaptiveDataParallel(torch.nn.Module):
         self.last_timings = (compute_time, step_time, sync_time)
         micros = self._micros
         self._reset_accumulation()
-        if loader is not None and loader.training and batch == loader._batch_size():
-            self.profile.observe(loader._local(), compute_time, max(sync_time, 0.0))
+        # The per-step cost beyond the micro-batches' compute: the wall time
+        # since the previous step ended (data loading, the all-reduce, the
+        # optimizer, the script's own code) minus the compute.
+        prev_end, self._last_step_end = self._last_step_end, end
+        if loader is not None and loader.training and batch == loader._batch_size() and prev_end is not None \
+                and self._last_config == (loader._local(), loader._accum):
+            self.profile.observe(loader._local(), compute_time, max(end - prev_end - micros * compute_time, 0.0))
+        self._last_config = (loader._local(), loader._accum) if loader is not None else None
         if self._reporter is not None and loader is not None and loader.training \
                 and batch == loader._batch_size():
             try:
