@@ -12,10 +12,11 @@ the job has, by the goodput of Pollux (Qiao et al., OSDI '21, section 3):
     efficiency(M) = gain(M) / (M / M0) = (phi + M0) / (phi + M)
 
 gain is AdaScale's, from the gradient statistics the model measures
-(phi = M0 var / sqr, the gradient noise scale); alpha + beta m is the
-compute time of one micro-batch, fitted by least squares to the mean
-times observed per micro-batch size, and c the mean rest of a step's wall
-time (the all-reduce, the optimizer, data loading, the script's code).
+(phi = M0 var / sqr, the gradient noise scale); alpha + beta m is the wall
+time of one micro-batch (data loading, forward, backward, the script's
+code), fitted by least squares to the mean times observed per micro-batch
+size, and c the mean time of the synchronising part of a step (the
+all-reduce and the optimizer).
 A new configuration is adopted only if its predicted goodput beats the
 current one's by MIN_SPEEDUP (AdaptDL's threshold, 5%).
 Until two micro-batch sizes were observed, alpha is taken as 10% of the

@@ -469,13 +469,16 @@ class AdaptiveDataParallel(torch.nn.Module):
         self.last_timings = (compute_time, step_time, sync_time)
         micros = self._micros
         self._reset_accumulation()
-        # The per-step cost beyond the micro-batches' compute: the wall time
-        # since the previous step ended (data loading, the all-reduce, the
-        # optimizer, the script's own code) minus the compute.
+        # For the job's own batch-size choice: the wall time of a
+        # micro-batch (its data loading, forward, backward and the script's
+        # code around them: everything but the synchronising part) and of
+        # the synchronising part (all-reduce, optimizer), from the wall time
+        # since the previous step ended.
         prev_end, self._last_step_end = self._last_step_end, end
         if loader is not None and loader.training and batch == loader._batch_size() and prev_end is not None \
                 and self._last_config == (loader._local(), loader._accum):
-            self.profile.observe(loader._local(), compute_time, max(end - prev_end - micros * compute_time, 0.0))
+            fixed = end - t0
+            self.profile.observe(loader._local(), max(end - prev_end - fixed, 0.0) / micros, fixed)
         self._last_config = (loader._local(), loader._accum) if loader is not None else None
         if self._reporter is not None and loader is not None and loader.training \
                 and batch == loader._batch_size():
