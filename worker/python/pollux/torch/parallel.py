@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from pollux import checkpoint, env, report
-from pollux.torch import _core, _tensorboard, scaling_rules
+from pollux.torch import _core, _standalone, _tensorboard, scaling_rules
 
 __all__ = ["AdaptiveDataParallel", "GradientNoise", "scale_factor"]
 
@@ -154,6 +154,7 @@ class _ParallelState(checkpoint.State):
             "noise": o.noise.state(),
             "steps": o.steps,
             "progress": o.progress,
+            "profile": o.profile.state(),
         }, f)
 
     def load(self, f):
@@ -165,6 +166,7 @@ class _ParallelState(checkpoint.State):
             o.lr_scheduler.load_state_dict(d["lr_scheduler"])
         o.noise.restore(d["noise"])
         o.steps, o.progress = d["steps"], d["progress"]
+        o.profile.restore(d.get("profile"))
 
 
 class AdaptiveDataParallel(torch.nn.Module):
@@ -218,6 +220,9 @@ class AdaptiveDataParallel(torch.nn.Module):
         self.lr_scaling = scaling_rule.name or type(scaling_rule).__name__
         self._m0 = init_batch_size or _positive_int_env("NOMAD_META_pollux_init_batch_size")
         self.noise = GradientNoise(self._m0 or 1)
+        self.profile = _standalone.Profile()
+        self._last_step_end = None
+        self._last_config = None
         self.steps = 0
         self.progress = 0.0
         self.last_lr: List[float] = [g["lr"] for g in optimizer.param_groups]
@@ -252,6 +257,11 @@ class AdaptiveDataParallel(torch.nn.Module):
                 self._follower = self._reporter.follow_decisions()
             except ValueError as e:
                 _log.warning("metrics are not reported: %s", e)
+        # Without a controller the job picks its own batch size (replica 0
+        # decides; the others adopt what it sends).
+        has_controller = bool(env.job_id() and os.environ.get("CONSUL_HTTP_ADDR"))
+        self._standalone = _standalone.enabled(has_controller)
+        self._standalone_every = _standalone.interval()
         atexit.register(self._close_reporter)
         _core.ctx.model = self
 
@@ -354,8 +364,13 @@ class AdaptiveDataParallel(torch.nn.Module):
             self._real_zero_grad(set_to_none=set_to_none)
 
     def _pending_decision(self, loader):
-        """Replica 0: the newest usable decision (local_bsz, accum), or (0, 0)."""
-        if self._follower is None or loader is None or not loader.training:
+        """Replica 0: the newest usable decision (local_bsz, accum), or (0, 0):
+        the controller's, or without one this job's own choice."""
+        if loader is None or not loader.training:
+            return 0, 0
+        if self._standalone:
+            return self._own_decision(loader)
+        if self._follower is None:
             return 0, 0
         d = self._follower.poll()
         if d is None:
@@ -369,6 +384,25 @@ class AdaptiveDataParallel(torch.nn.Module):
                 _log.warning("ignoring the controller's decision of round %d: %s", d.round, why)
             return 0, 0
         return d.local_bsz, d.accum_steps
+
+    def _own_decision(self, loader):
+        """The goodput-optimal (local_bsz, accum) for this job's replicas
+        (pollux.torch._standalone), every interval steps."""
+        if not loader._autoscale or self.steps == 0 or self.steps % self._standalone_every:
+            return 0, 0
+        best = _standalone.choose(self.profile, self.noise.estimates(), self.noise.m0, self._replicas,
+                                  loader._bounds, loader._max_batch_size, loader._accumulation)
+        if best is None:
+            return 0, 0
+        m, s, goodput = best
+        now = _standalone.goodput(self.profile, self.noise.estimates(), self.noise.m0, self._replicas,
+                                  loader._local(), loader._accum)
+        if now and goodput < now * _standalone.MIN_SPEEDUP:
+            return 0, 0  # not worth a change (measurements are noisy)
+        if (m, s) != (loader._local(), loader._accum):
+            _log.info("standalone: micro-batch %d x %d replicas x %d (batch %d), predicted goodput %.1f samples/s",
+                      m, self._replicas, s + 1, m * self._replicas * (s + 1), goodput)
+        return m, s
 
     def _step(self, closure=None):
         now = time.perf_counter()
@@ -435,6 +469,17 @@ class AdaptiveDataParallel(torch.nn.Module):
         self.last_timings = (compute_time, step_time, sync_time)
         micros = self._micros
         self._reset_accumulation()
+        # For the job's own batch-size choice: the wall time of a
+        # micro-batch (its data loading, forward, backward and the script's
+        # code around them: everything but the synchronising part) and of
+        # the synchronising part (all-reduce, optimizer), from the wall time
+        # since the previous step ended.
+        prev_end, self._last_step_end = self._last_step_end, end
+        if loader is not None and loader.training and batch == loader._batch_size() and prev_end is not None \
+                and self._last_config == (loader._local(), loader._accum):
+            fixed = end - t0
+            self.profile.observe(loader._local(), max(end - prev_end - fixed, 0.0) / micros, fixed)
+        self._last_config = (loader._local(), loader._accum) if loader is not None else None
         if self._reporter is not None and loader is not None and loader.training \
                 and batch == loader._batch_size():
             try:
