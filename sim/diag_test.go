@@ -47,7 +47,8 @@ func (tr *tracer) Optimize(ctx context.Context, in policy.Input) (policy.Allocat
 // entry of POLLUX_EVAL (for example big:256:640:8:21); it prints the
 // reallocations by kind and the trajectories of the POLLUX_DIAG_TOP (5)
 // most restarted jobs. POLLUX_DIAG_CONFIG is a policy.PolluxConfig as JSON
-// (Seed is 1); POLLUX_DIAG_TIRESIAS=1 runs Tiresias on it first.
+// (Seed is 1); POLLUX_DIAG_TIRESIAS=1 runs Tiresias on it first;
+// POLLUX_DIAG_APP traces jobs of one application (from its median one).
 func TestDiag(t *testing.T) {
 	spec := os.Getenv("POLLUX_DIAG")
 	if spec == "" {
@@ -59,8 +60,21 @@ func TestDiag(t *testing.T) {
 	}
 	jobs, name, cfg := evalWorkload(t, spec)
 	if os.Getenv("POLLUX_DIAG_TIRESIAS") != "" {
-		ti := simulate(t, "tiresias", name, jobs)
+		p, err := sim.NewPolicy("tiresias", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := sim.New(cfg, applications(t), jobs, name, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Run(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ti := results.Summarize(r)
 		fmt.Printf("%s tiresias: avg %.0f p50 %.0f p99 %.0f gpu-h/job %.2f\n", name, ti.AvgJCT, ti.P50JCT, ti.P99JCT, ti.GPUHoursPerJob)
+		byApp(r)
 	}
 	var pc policy.PolluxConfig
 	if s := os.Getenv("POLLUX_DIAG_CONFIG"); s != "" {
@@ -85,6 +99,7 @@ func TestDiag(t *testing.T) {
 	sum := results.Summarize(r)
 	fmt.Printf("%s: avg %.0f p50 %.0f p99 %.0f restarts/job %.2f gpu-h/job %.2f\n", name, sum.AvgJCT, sum.P50JCT, sum.P99JCT, sum.RestartsPerJob, sum.GPUHoursPerJob)
 	fmt.Printf("reallocations: %+v\n", s.Reallocations())
+	byApp(r)
 	ids := make([]string, 0, len(tr.log))
 	for id := range tr.log {
 		ids = append(ids, id)
@@ -94,7 +109,44 @@ func TestDiag(t *testing.T) {
 	for _, j := range r.Jobs {
 		app[j.Name] = j.Application
 	}
+	if a := os.Getenv("POLLUX_DIAG_APP"); a != "" {
+		var keep []string
+		for _, id := range ids {
+			if app[id] == a {
+				keep = append(keep, id)
+			}
+		}
+		// The median ones of the application, by changes.
+		ids = keep[len(keep)/2:]
+	}
 	for _, id := range ids[:min(top, len(ids))] {
 		fmt.Printf("%s (%s): %d changes\n  %s\n", id, app[id], len(tr.log[id]), strings.Join(tr.log[id], "\n  "))
+	}
+}
+
+// byApp prints per application the jobs, median and mean JCT and mean
+// restarts of a run.
+func byApp(r results.Run) {
+	jcts := map[string][]float64{}
+	rst := map[string]int{}
+	for _, j := range r.Jobs {
+		if j.Completed {
+			jcts[j.Application] = append(jcts[j.Application], j.JCT())
+		}
+		rst[j.Application] += j.Restarts
+	}
+	apps := make([]string, 0, len(jcts))
+	for a := range jcts {
+		apps = append(apps, a)
+	}
+	sort.Strings(apps)
+	for _, a := range apps {
+		v := jcts[a]
+		sort.Float64s(v)
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		fmt.Printf("  %-12s jobs %4d p50 %7.0f avg %7.0f restarts/job %.2f\n", a, len(v), v[len(v)/2], sum/float64(len(v)), float64(rst[a])/float64(len(v)))
 	}
 }

@@ -651,20 +651,37 @@ func (p *Policy) settle(rng *rand.Rand, best int32) int {
 	tmp := e.alloc()
 	defer e.release(tmp)
 	settled := 0
-	for j := range pr.rows {
-		x := &pr.states[best]
-		base := pr.base.row(j)
-		if slices.Equal(x.row(j), base) {
-			continue
-		}
-		pr.states[tmp].withRow(x, j, base, pr.rows)
+	// try replaces row j of the chosen solution by row when the round's
+	// fitness is at least as good with it.
+	try := func(j int, row []uint32) bool {
+		pr.states[tmp].withRow(&pr.states[best], j, row, pr.rows)
 		f0, f1, hash := pr.repairEval(rng, tmp)
 		if f0 > e.f0[best]+polluxTieTolerance*math.Abs(e.f0[best]) {
-			continue
+			return false
 		}
 		pr.states[best], pr.states[tmp] = pr.states[tmp], pr.states[best]
 		e.f0[best], e.f1[best], e.hash[best] = f0, f1, hash
-		settled++
+		return true
+	}
+	var packed []uint32
+	for j := range pr.rows {
+		row := pr.states[best].row(j)
+		if slices.Equal(row, pr.base.row(j)) {
+			continue
+		}
+		if try(j, pr.base.row(j)) {
+			settled++
+			continue
+		}
+		// A changed allocation spread over more nodes than it needs (the
+		// search places GPUs where it finds them) restarts the job now
+		// and again when a later round packs it: pack it now.
+		if len(row) > 1 {
+			packed = pr.pack(packed[:0], &pr.states[best], j)
+			if len(packed) < len(row) {
+				try(j, packed)
+			}
+		}
 	}
 	return settled
 }

@@ -56,31 +56,38 @@ func polluxDigest(t *testing.T, cfg pollux.Config, in policy.Input) string {
 // input" was re-recorded when ties of fitness went to the solution
 // changing the fewest jobs (its flat models tie), "256 GPUs" when growth
 // became exempt from the hysteresis on one-type clusters above 64 GPUs,
-// "typed Sia cluster" when the typed age scale went from 1 h to 8 h.
+// "typed Sia cluster" when the typed age scale went from 1 h to 8 h. Those
+// cases keep the search's best allocation as it is (KeepChanges), so
+// that they pin the search alone; the "settled" ones pin the decisions
+// the policy returns.
 func TestPolluxGoldenDecisions(t *testing.T) {
 	tests := map[string]struct {
 		cfg  pollux.Config
 		in   policy.Input
 		want string
 	}{
-		"64 GPUs, 30 jobs": {cfg: pollux.Config{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
-		"64 GPUs, 60 jobs": {cfg: pollux.Config{Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 60 jobs, 2 workers": {cfg: pollux.Config{Seed: 1, Workers: 2, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3},
+		"64 GPUs, 30 jobs": {cfg: pollux.Config{KeepChanges: true, Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 30), want: "803f0f0ce0b91021"},
+		"64 GPUs, 60 jobs": {cfg: pollux.Config{KeepChanges: true, Seed: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
+		"64 GPUs, 60 jobs, 2 workers": {cfg: pollux.Config{KeepChanges: true, Seed: 1, Workers: 2, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3},
 			in: policytest.ClusterInput(1, 16, 4, 60), want: "b1c3751d00668094"},
-		"64 GPUs, 45 jobs, default stall rule": {cfg: pollux.Config{Seed: 1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
-		"64 GPUs, 45 jobs, defaults":           {cfg: pollux.Config{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4649843ad03c7db0"},
-		"256 GPUs, 180 jobs, short search": {cfg: pollux.Config{Seed: 7, Population: 40, Generations: 20, RestartHysteresis: 0.3, ServiceWeight: -1},
+		"64 GPUs, 45 jobs, default stall rule": {cfg: pollux.Config{KeepChanges: true, Seed: 1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4fccf77f1ccf051a"},
+		"64 GPUs, 45 jobs, defaults":           {cfg: pollux.Config{KeepChanges: true, Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "4649843ad03c7db0"},
+		"256 GPUs, 180 jobs, short search": {cfg: pollux.Config{KeepChanges: true, Seed: 7, Population: 40, Generations: 20, RestartHysteresis: 0.3, ServiceWeight: -1},
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
-		"256 GPUs, 180 jobs, short search, defaults (those of large clusters)": {cfg: pollux.Config{Seed: 7, Population: 40, Generations: 20},
+		"256 GPUs, 180 jobs, short search, defaults (those of large clusters)": {cfg: pollux.Config{KeepChanges: true, Seed: 7, Population: 40, Generations: 20},
 			in: policytest.ClusterInput(2, 64, 4, 180), want: "73db9e98174c7716"},
-		"messy input, p = +1, quirk": {cfg: pollux.Config{Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
+		"messy input, p = +1, quirk": {cfg: pollux.Config{KeepChanges: true, Seed: -3, FairnessP: 1, StallGenerations: -1, RestartHysteresis: 0.3, ServiceWeight: -1, GrowthHysteresis: 0.3, ArtifactInterferenceQuirk: true, Population: 30, Generations: 30},
 			in: policytest.RandomInput(rand.New(rand.NewPCG(1, 1)), policytest.RandomOptions{Messy: true}), want: "8fa22bf70b8044e9"},
-		"typed Sia cluster, 60 jobs, linear stand-in": {cfg: pollux.Config{Seed: 1, Population: 50, Generations: 40, StandInKnee: -1},
+		"typed Sia cluster, 60 jobs, linear stand-in": {cfg: pollux.Config{KeepChanges: true, Seed: 1, Population: 50, Generations: 40, StandInKnee: -1},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "dbaa68495c056037"},
-		"typed Sia cluster, 60 jobs": {cfg: pollux.Config{Seed: 1, Population: 50, Generations: 40},
+		"typed Sia cluster, 60 jobs": {cfg: pollux.Config{KeepChanges: true, Seed: 1, Population: 50, Generations: 40},
 			in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "63c4f2c13cf48a28"},
-		"whole nodes, growth limit": {cfg: pollux.Config{Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
+		"whole nodes, growth limit": {cfg: pollux.Config{KeepChanges: true, Seed: 2, WholeNodes: true, GrowthLimit: 2, GrowthHysteresis: -1, RestartHysteresis: 0.3, ServiceWeight: -1, Population: 40, Generations: 30},
 			in: policytest.ClusterInput(3, 16, 4, 40), want: "d16fb4a124bb55d6"},
+		// The decisions as the policy returns them, settled.
+		"settled, 64 GPUs, 45 jobs":   {cfg: pollux.Config{Seed: 1}, in: policytest.ClusterInput(1, 16, 4, 45), want: "cae9918d403c7ccf"},
+		"settled, 256 GPUs, 180 jobs": {cfg: pollux.Config{Seed: 7, Population: 40, Generations: 20}, in: policytest.ClusterInput(2, 64, 4, 180), want: "0b393f532fbd6a86"},
+		"settled, typed Sia cluster":  {cfg: pollux.Config{Seed: 1, Population: 50, Generations: 40}, in: policytest.TypedClusterInput(1, policytest.SiaCluster(1), 60), want: "63c4f2c13cf48a28"},
 	}
 	if runtime.GOARCH != "amd64" {
 		// Other architectures may fuse multiply-adds or use other

@@ -210,6 +210,47 @@ func (s *spState) copyFrom(o *spState) {
 	s.ent = append(s.ent[:0], o.ent...)
 }
 
+// pack appends to dst row j of x with its GPUs on as few nodes as the
+// other rows of x leave room for: the nodes with the most free GPUs first
+// (the row's own GPUs count as free), in node order on ties, then sorted
+// by node as a row is. Nodes of another GPU type than the row's first
+// node's are not used.
+func (pr *polluxProblem) pack(dst []uint32, x *spState, j int) []uint32 {
+	free := make([]int32, pr.cols)
+	copy(free, pr.capacity[:pr.cols])
+	for k := range pr.rows {
+		if k == j {
+			continue
+		}
+		for _, e := range x.row(k) {
+			free[spNode(e)] -= spGPUs(e)
+		}
+	}
+	row := x.row(j)
+	var need int32
+	for _, e := range row {
+		need += spGPUs(e)
+	}
+	typ := pr.nodeType[spNode(row[0])]
+	nodes := make([]int32, 0, pr.cols)
+	for n := range int32(pr.cols) {
+		if free[n] > 0 && (!pr.typed || pr.nodeType[n] == typ) {
+			nodes = append(nodes, n)
+		}
+	}
+	slices.SortStableFunc(nodes, func(a, b int32) int { return int(free[b] - free[a]) })
+	for _, n := range nodes {
+		if need == 0 {
+			break
+		}
+		v := min(free[n], need, polluxMaxNodeGPUs)
+		dst = append(dst, spEntry(n, v))
+		need -= v
+	}
+	slices.Sort(dst)
+	return dst
+}
+
 // withRow makes s a copy of src (rows rows) with row j replaced by row.
 func (s *spState) withRow(src *spState, j int, row []uint32, rows int) {
 	s.start = gaGrow(s.start, rows+1)
