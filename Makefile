@@ -6,11 +6,7 @@ PKGS    := ./...
 PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
-<<<<<<< HEAD
-.PHONY: help build simulate test unit deps servers cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality scale-quality load demo ci clean
-=======
-.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality load demo ci clean
->>>>>>> h-docker
+.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality scale-quality load demo ci clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
