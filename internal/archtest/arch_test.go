@@ -21,6 +21,8 @@ var layers = [][]string{
 	{"contract/quote", "contract", "contract/contracttest", "model", "data", "apps/internal/delaunay"},
 	// Pure core built on them.
 	{"internal/access", "metrics", "policy", "results", "workload", "apps"},
+	// Cluster sizing on the policy's types.
+	{"policy/autoscale"},
 	// Test helpers of the core; the controller, its Consul adapter, the
 	// simulator.
 	{"policy/policytest", "consul", "jobs", "sim"},
@@ -39,7 +41,7 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
 
 // workerForbidden are what the worker libraries must not depend on.
 var workerForbidden = []string{"jobs", "policy", "sim", "model", "nomad"}
