@@ -14,7 +14,7 @@ import (
 type cloudFlags struct {
 	autoscale, band, price string
 	boot, downDelay        time.Duration
-	strategy               string
+	strategy, rule         string
 }
 
 func addCloudFlags(fs *flag.FlagSet) *cloudFlags {
@@ -24,6 +24,7 @@ func addCloudFlags(fs *flag.FlagSet) *cloudFlags {
 	fs.StringVar(&c.band, "autoscale-band", "0.35:0.65", "with -autoscale: LOW:HIGH utility band of the goodput autoscaler")
 	fs.DurationVar(&c.downDelay, "scale-down-delay", 10*time.Minute, "with -autoscale: how long a smaller size (goodput) or an idle node (queue) must last before nodes are removed")
 	fs.StringVar(&c.strategy, "autoscale-strategy", "", "with -autoscale: utility or queue (default: utility for policies using goodput, queue otherwise)")
+	fs.StringVar(&c.rule, "autoscale-rule", "", "with -autoscale: what the band bounds, average (the jobs' average fraction of ideal speedup, AdaptDL's) or marginal (the speedup per GPU of the last node)")
 	fs.StringVar(&c.price, "gpu-price", "", "with -autoscale: price per GPU-hour, PRICE or TYPE=PRICE[,...]; the summary's cost")
 	return c
 }
@@ -52,7 +53,7 @@ func (c *cloudFlags) config() (*sim.Cloud, error) {
 		return nil, fmt.Errorf("-node-boot must be positive and -scale-down-delay not negative")
 	}
 	cl := &sim.Cloud{MinNodes: minN, MaxNodes: maxN, Boot: c.boot, Strategy: c.strategy, IdleDelay: c.downDelay}
-	cl.Scaler.Low, cl.Scaler.High = low, high
+	cl.Scaler.Low, cl.Scaler.High, cl.Scaler.Rule = low, high, c.rule
 	cl.Scaler.ScaleDownDelay = c.downDelay.Seconds()
 	if c.downDelay == 0 {
 		cl.Scaler.ScaleDownDelay = -1

@@ -56,7 +56,19 @@ type Config struct {
 	// ScaleUpCooldown is the least time, in seconds, between two
 	// increases of a pool (default 0: grow at every round that asks).
 	ScaleUpCooldown float64
+	// Rule is what the band bounds: RuleAverage (default) or RuleMarginal.
+	Rule string
 }
+
+// Rules of Config.Rule.
+const (
+	// RuleAverage bounds the cluster's utility, the jobs' average
+	// fraction of ideal speedup (AdaptDL).
+	RuleAverage = "average"
+	// RuleMarginal bounds the speedup per GPU that the last node adds
+	// (see MarginalUtilities).
+	RuleMarginal = "marginal"
+)
 
 func (c Config) withDefaults() Config {
 	if c.Low == 0 {
@@ -64,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.High == 0 {
 		c.High = DefaultHigh
+	}
+	if c.Rule == "" {
+		c.Rule = RuleAverage
 	}
 	if c.ScaleDownDelay == 0 {
 		c.ScaleDownDelay = DefaultScaleDownDelay
@@ -90,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.ScaleUpCooldown >= 0) || math.IsInf(c.ScaleUpCooldown, 0) {
 		errs = append(errs, fmt.Errorf("scale_up_cooldown: %v is not a finite non-negative number of seconds", c.ScaleUpCooldown))
+	}
+	if c.Rule != RuleAverage && c.Rule != RuleMarginal {
+		errs = append(errs, fmt.Errorf("rule: unknown %q (want %s or %s)", c.Rule, RuleAverage, RuleMarginal))
 	}
 	if len(c.Pools) == 0 {
 		errs = append(errs, errors.New("pools: at least one pool is needed"))
@@ -240,13 +258,16 @@ func (s *Scaler) choose(util []float64, cur int, p Pool, jobs int) (int, string)
 	if jobs == 0 {
 		return p.MinNodes, "no jobs"
 	}
-	if cur >= max(p.MinNodes, 1) && cur <= p.MaxNodes && util[cur] >= lo && util[cur] <= hi {
-		return cur, fmt.Sprintf("utility %.2f at %d nodes is in the band", util[cur], cur)
+	if s.cfg.Rule == RuleMarginal {
+		return chooseMarginal(util, cur, p, lo, hi)
 	}
 	// Sizes past the one where the jobs are saturated (each at its
 	// MaxReplicas or gaining nothing more) only add idle nodes, as in
 	// AdaptDL, whose candidate sizes end at the last node a solution uses.
 	top := saturation(util, p.MaxNodes)
+	if cur >= max(p.MinNodes, 1) && cur <= max(top, p.MinNodes) && util[cur] >= lo && util[cur] <= hi {
+		return cur, fmt.Sprintf("utility %.2f at %d nodes is in the band", util[cur], cur)
+	}
 	target := (lo + hi) / 2
 	best, bestN := math.Inf(1), -1
 	for n := max(p.MinNodes, 1); n <= max(top, p.MinNodes); n++ {
@@ -270,6 +291,42 @@ func (s *Scaler) choose(util []float64, cur int, p Pool, jobs int) (int, string)
 		}
 	}
 	return bestN, fmt.Sprintf("every size is below the band; highest utility %.2f at %d nodes", util[bestN], bestN)
+}
+
+// chooseMarginal keeps the current size while its last node adds at
+// least Low and one more node would add at most High speedup per GPU;
+// otherwise it takes the largest size whose last node adds at least the
+// middle of the band, clamped to the pool's bounds (at least one node).
+func chooseMarginal(util []float64, cur int, p Pool, lo, hi float64) (int, string) {
+	m := marginal(util)
+	floor := max(p.MinNodes, 1)
+	if cur >= floor && cur <= p.MaxNodes {
+		next := 0.0
+		if cur < p.MaxNodes {
+			next = m[cur+1]
+		}
+		if m[cur] >= lo && next <= hi {
+			return cur, fmt.Sprintf("node %d adds %.2f, node %d would add %.2f: in the band", cur, m[cur], cur+1, next)
+		}
+	}
+	target := (lo + hi) / 2
+	best := floor
+	for n := floor; n <= p.MaxNodes; n++ {
+		if m[n] >= target {
+			best = n
+		}
+	}
+	return best, fmt.Sprintf("node %d adds %.2f speedup per GPU (target %.2f)", best, m[best], target)
+}
+
+// marginal turns utilities into the speedup per GPU that each size's last
+// node adds over the size one smaller (index 0: 0).
+func marginal(util []float64) []float64 {
+	m := make([]float64, len(util))
+	for n := 1; n < len(util); n++ {
+		m[n] = util[n]*float64(n) - util[n-1]*float64(n-1)
+	}
+	return m
 }
 
 // saturation is the smallest node count whose total speedup (utility
