@@ -289,3 +289,50 @@ func TestQueueKeepsItsMinimum(t *testing.T) {
 		t.Fatalf("%+v: want 2 launched to reach the minimum", d)
 	}
 }
+
+func TestDecideLeavesASizePastSaturationEvenInTheBand(t *testing.T) {
+	// One job that can use 8 GPUs at efficiency 1: at 4 nodes the utility
+	// is 0.5, in the band, but two of the nodes can never be used.
+	j := policy.Job{ID: "x", MaxReplicas: 8}
+	cfg := onePool(0, 8)
+	cfg.ScaleDownDelay = -1
+	s, _ := NewScaler(cfg)
+	if d := s.Decide(Input{Jobs: []policy.Job{j}, Nodes: map[string]int{"gpu": 4}}); d[0].Desired != 2 {
+		t.Fatalf("%+v: want 2, the nodes the job can use", d[0])
+	}
+}
+
+func TestMarginalRuleStopsWhereTheNextNodeAddsTooLittle(t *testing.T) {
+	// One job with serial fraction 0.1: the speedup per GPU of the n-th
+	// 4-GPU node falls as n grows; the rule takes the last node adding at
+	// least 0.5 (the middle of 0.35..0.65).
+	j := policy.Job{ID: "x", MaxReplicas: 64, Goodput: amdahl{a: 0.1, scale: 1}}
+	u := Utilities([]policy.Job{j}, Template{GPUsPerNode: 4}, 16)
+	m := marginal(u)
+	want := 0
+	for n := 1; n <= 16; n++ {
+		if m[n] >= 0.5 {
+			want = n
+		}
+	}
+	if want < 1 || want >= 16 || m[want+1] >= 0.5 {
+		t.Fatalf("test premise: marginal utilities %v", m)
+	}
+	cfg := onePool(0, 16)
+	cfg.Rule = RuleMarginal
+	s, _ := NewScaler(cfg)
+	d := s.Decide(Input{Jobs: []policy.Job{j}, Nodes: map[string]int{"gpu": 16}})
+	// Shrinking waits for the delay: Wanted is the rule's answer.
+	if d[0].Wanted != want {
+		t.Fatalf("%+v: want %d nodes (marginal utilities %v)", d[0], want, m)
+	}
+	// At that size the band holds it: the last node adds >= 0.35, the
+	// next would add <= 0.65.
+	s2, _ := NewScaler(cfg)
+	if d := s2.Decide(Input{Jobs: []policy.Job{j}, Nodes: map[string]int{"gpu": want}}); d[0].Desired != want || !strings.Contains(d[0].Reason, "in the band") {
+		t.Fatalf("%+v: want to keep %d", d[0], want)
+	}
+	if err := (Config{Rule: "median", Pools: cfg.Pools}).Validate(); err == nil || !strings.Contains(err.Error(), `rule: unknown "median"`) {
+		t.Errorf("unknown rule: %v", err)
+	}
+}
