@@ -341,4 +341,3 @@ func (a *ClusterAutoscaler) Status() []AutoscaleStatus {
 	defer a.mu.Unlock()
 	return slices.Clone(a.last)
 }
-
