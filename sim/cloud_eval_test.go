@@ -31,13 +31,14 @@ func autoscaled(strategy, rule string, low, high float64) func() *sim.Cloud {
 }
 
 // cloudSettings: Pollux on the testbed's fixed 16 x 4; Pollux autoscaled
-// 0..32 x 4 with AdaptDL's band on the average utility and with a band on
-// the marginal utility; and baseline (b), Tiresias' rigid jobs with the
+// 0..32 x 4 with AdaptDL's band on the average utility and with two bands
+// on the marginal utility; and baseline (b), Tiresias' rigid jobs with the
 // queue-driven autoscaler.
 var cloudSettings = []cloudSetting{
 	{name: "pollux-fixed", policy: "pollux"},
 	{name: "pollux-auto", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "average", 0.35, 0.65)},
 	{name: "pollux-auto-marginal", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "marginal", 0.5, 0.8)},
+	{name: "pollux-auto-marg-high", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "marginal", 0.65, 0.9)},
 	{name: "tiresias-auto", policy: "tiresias", cloud: autoscaled(sim.StrategyQueue, "", 0, 0)},
 }
 
