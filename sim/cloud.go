@@ -41,7 +41,9 @@ type Cloud struct {
 	Boot time.Duration
 	// Strategy is StrategyUtility or StrategyQueue; "" takes the first
 	// for a policy that uses goodput models and the second otherwise
-	// (rigid jobs at their requested GPU counts).
+	// (rigid jobs at their requested GPU counts). The queue strategy
+	// sizes the first GPU type's pool only: the rigid policies do not
+	// choose GPU types.
 	Strategy string
 	// Scaler configures the utility strategy: band, scale-down delay and
 	// scale-up cooldown (its Pools are filled in from the cluster).
