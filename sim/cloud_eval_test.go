@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,13 +33,15 @@ func autoscaled(strategy, rule string, low, high float64) func() *sim.Cloud {
 
 // cloudSettings: Pollux on the testbed's fixed 16 x 4; Pollux autoscaled
 // 0..32 x 4 with AdaptDL's band on the average utility and with two bands
-// on the marginal utility; and baseline (b), Tiresias' rigid jobs with the
+// on the marginal utility (the higher, the smaller the cluster); and
+// baseline (b), Tiresias' rigid jobs with the
 // queue-driven autoscaler.
 var cloudSettings = []cloudSetting{
 	{name: "pollux-fixed", policy: "pollux"},
 	{name: "pollux-auto", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "average", 0.35, 0.65)},
 	{name: "pollux-auto-marginal", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "marginal", 0.5, 0.8)},
 	{name: "pollux-auto-marg-high", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "marginal", 0.65, 0.9)},
+	{name: "pollux-auto-marg-top", policy: "pollux", cloud: autoscaled(sim.StrategyUtility, "marginal", 0.8, 0.95)},
 	{name: "tiresias-auto", policy: "tiresias", cloud: autoscaled(sim.StrategyQueue, "", 0, 0)},
 }
 
@@ -73,8 +76,10 @@ func runCloudSetting(t *testing.T, st cloudSetting, name string, jobs []workload
 // TestCloudCost is the cloud-mode evaluation (make cloud): GPU-hours and
 // average JCT of every setting on the eight artifact workloads and three
 // held-out generated ones, one simulation at a time. It needs
-// POLLUX_CLOUD_EVAL=1 (about 45 minutes on two shared cores); with
-// POLLUX_CLOUD_OUT=DIR it also writes DIR/cloud-summaries.jsonl.
+// POLLUX_CLOUD_EVAL=1 (about an hour on two shared cores); with
+// POLLUX_CLOUD_OUT=DIR it also writes DIR/cloud-summaries.jsonl, and
+// POLLUX_CLOUD_SETTINGS=a,b runs those settings only (the comparisons
+// need pollux-fixed, pollux-auto and tiresias-auto).
 func TestCloudCost(t *testing.T) {
 	if os.Getenv("POLLUX_CLOUD_EVAL") == "" {
 		t.Skip("set POLLUX_CLOUD_EVAL=1 (make cloud) to run the cloud cost evaluation")
@@ -104,10 +109,19 @@ func TestCloudCost(t *testing.T) {
 		defer f.Close()
 		out = json.NewEncoder(f)
 	}
+	settings := cloudSettings
+	if only := os.Getenv("POLLUX_CLOUD_SETTINGS"); only != "" {
+		settings = nil
+		for _, st := range cloudSettings {
+			if slices.Contains(strings.Split(only, ","), st.name) {
+				settings = append(settings, st)
+			}
+		}
+	}
 	sums := map[string]map[string]results.Summary{}
 	for _, w := range wls {
 		sums[w.name] = map[string]results.Summary{}
-		for _, st := range cloudSettings {
+		for _, st := range settings {
 			start := time.Now()
 			s := runCloudSetting(t, st, w.name, w.jobs)
 			if s.Completed != s.Jobs {
@@ -124,14 +138,14 @@ func TestCloudCost(t *testing.T) {
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n%-24s", "workload")
-	for _, st := range cloudSettings {
+	for _, st := range settings {
 		fmt.Fprintf(&sb, " | %-21s", st.name+" JCT s / GPU-h")
 	}
 	sb.WriteString("\n")
 	mean := map[string][2]float64{}
 	for _, w := range wls {
 		fmt.Fprintf(&sb, "%-24s", w.name)
-		for _, st := range cloudSettings {
+		for _, st := range settings {
 			s := sums[w.name][st.name]
 			fmt.Fprintf(&sb, " | %9.0f / %9.1f", s.AvgJCT, s.GPUHours)
 			m := mean[st.name]
@@ -142,12 +156,16 @@ func TestCloudCost(t *testing.T) {
 		sb.WriteString("\n")
 	}
 	fmt.Fprintf(&sb, "%-24s", "mean")
-	for _, st := range cloudSettings {
+	for _, st := range settings {
 		fmt.Fprintf(&sb, " | %9.0f / %9.1f", mean[st.name][0], mean[st.name][1])
 	}
 	sb.WriteString("\n")
 	base := mean["pollux-fixed"]
-	for _, st := range cloudSettings[1:] {
+	if base[0] == 0 || mean["pollux-auto"][0] == 0 || mean["tiresias-auto"][0] == 0 {
+		t.Log(sb.String())
+		t.Fatal("the comparisons need pollux-fixed, pollux-auto and tiresias-auto")
+	}
+	for _, st := range settings {
 		m := mean[st.name]
 		fmt.Fprintf(&sb, "%-22s vs pollux-fixed: JCT %.3fx, GPU-hours %.3fx\n", st.name, m[0]/base[0], m[1]/base[1])
 	}
