@@ -159,7 +159,9 @@ func TestDecideKeepsASizeInTheBand(t *testing.T) {
 	if u[2] < DefaultLow || u[2] > DefaultHigh {
 		t.Fatalf("test premise: utility at 2 nodes %v not in the band", u[2])
 	}
-	s, _ := NewScaler(onePool(0, 4))
+	cfg := onePool(0, 4)
+	cfg.Rule = RuleAverage
+	s, _ := NewScaler(cfg)
 	d := s.Decide(Input{Jobs: []policy.Job{j}, Nodes: map[string]int{"gpu": 2}})
 	if d[0].Desired != 2 || !strings.Contains(d[0].Reason, "in the band") {
 		t.Fatalf("%+v: want to keep 2 nodes", d[0])
@@ -188,7 +190,7 @@ func TestDecideScaleUpCooldown(t *testing.T) {
 }
 
 func TestDecideCountsEachJobInOnePool(t *testing.T) {
-	cfg := Config{Pools: []Pool{
+	cfg := Config{Rule: RuleAverage, Pools: []Pool{
 		{Name: "t4", Template: Template{GPUsPerNode: 4, Type: "t4"}, MaxNodes: 8},
 		{Name: "a100", Template: Template{GPUsPerNode: 8, Type: "a100"}, MaxNodes: 2},
 	}}
@@ -206,7 +208,19 @@ func TestDecideCountsEachJobInOnePool(t *testing.T) {
 		t.Fatalf("jobs per pool %d, %d; want 1 on t4 (b), 2 on a100 (a, c)", d[0].Jobs, d[1].Jobs)
 	}
 	if d[0].Desired != 1 || d[1].Desired != 2 {
-		t.Errorf("desired %d t4, %d a100; want 1 and 2", d[0].Desired, d[1].Desired)
+		t.Errorf("average rule: desired %d t4, %d a100; want 1 and 2", d[0].Desired, d[1].Desired)
+	}
+	// The marginal rule (the default) does not pay for the second a100
+	// node, which would add 4 GPUs of work for 8 GPUs (0.5 per GPU, below
+	// the middle of its band, 0.65).
+	cfg.Rule = ""
+	s, _ = NewScaler(cfg)
+	if got := s.Config(); got.Rule != RuleMarginal || got.Low != DefaultMarginalLow || got.High != DefaultMarginalHigh {
+		t.Errorf("defaults %+v, want the marginal rule and its band", got)
+	}
+	d = s.Decide(Input{Jobs: []policy.Job{fastOnA100, probedT4, runsOnA100}, JobPool: map[string]string{"c": "a100"}})
+	if d[1].Desired != 1 {
+		t.Errorf("marginal rule: desired %d a100 nodes, want 1", d[1].Desired)
 	}
 }
 
@@ -319,7 +333,7 @@ func TestMarginalRuleStopsWhereTheNextNodeAddsTooLittle(t *testing.T) {
 		t.Fatalf("test premise: marginal utilities %v", m)
 	}
 	cfg := onePool(0, 16)
-	cfg.Rule = RuleMarginal
+	cfg.Rule, cfg.Low, cfg.High = RuleMarginal, 0.35, 0.65
 	s, _ := NewScaler(cfg)
 	d := s.Decide(Input{Jobs: []policy.Job{j}, Nodes: map[string]int{"gpu": 16}})
 	// Shrinking waits for the delay: Wanted is the rule's answer.
