@@ -25,9 +25,9 @@ import (
 // In HCL:
 //
 //	autoscaling {
-//	  low              = 0.35
-//	  high             = 0.65
-//	  rule             = "average"
+//	  rule             = "marginal"
+//	  low              = 0.5
+//	  high             = 0.8
 //	  scale_down_delay = "10m"
 //	  pool "gpu" {
 //	    gpu_type      = "a100"
