@@ -44,7 +44,7 @@ job "nomad-autoscaler" {
           log_level = "INFO"
           http {
             bind_address = "127.0.0.1"
-            bind_port    = {{ env "NOMAD_PORT_http" | or "8080" }}
+            bind_port    = 8080
           }
           apm "prometheus" {
             driver = "prometheus"
