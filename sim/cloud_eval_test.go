@@ -75,7 +75,7 @@ func runCloudSetting(t *testing.T, st cloudSetting, name string, jobs []workload
 // TestCloudCost is the cloud-mode evaluation (make cloud): GPU-hours and
 // average JCT of every setting on the eight artifact workloads and three
 // held-out generated ones, one simulation at a time. It needs
-// POLLUX_CLOUD_EVAL=1 (about 31 minutes on two shared cores); with
+// POLLUX_CLOUD_EVAL=1 (about 25 minutes on two shared cores); with
 // POLLUX_CLOUD_OUT=DIR it also writes DIR/cloud-summaries.jsonl, and
 // POLLUX_CLOUD_SETTINGS=a,b runs those settings only (the comparisons
 // need pollux-fixed, pollux-auto and tiresias-auto).
