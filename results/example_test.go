@@ -46,7 +46,8 @@ func ExampleSummarize() {
 	//   "rounds": 3,
 	//   "optimize_ms_median": 200,
 	//   "optimize_ms_p95": 290,
-	//   "wall_s": 1.5
+	//   "wall_s": 1.5,
+	//   "gpu_hours": 0
 	// }
 }
 

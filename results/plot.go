@@ -47,6 +47,8 @@ const (
 //     run's completed jobs, log-scaled time axis, one line per run;
 //   - gpus-in-use.png: GPUs in use at each round, one line per run, with
 //     the cluster's capacity;
+//   - cluster-size.png, when a run was autoscaled: its GPUs up and in
+//     use over time, per run;
 //   - <policy>-job-gpus.png per run: a heat map of every job's GPU count
 //     over time (jobs on the y axis in submission order, first at the top;
 //     time on the x axis; colour = GPUs on a log₂ scale; grey = submitted
@@ -75,6 +77,11 @@ func WritePlots(dir string, runs []Run) error {
 	}
 	if err := savePlot(gpusInUsePlot(runs, title), lineWidth, lineHeight, filepath.Join(dir, GPUsInUseFile)); err != nil {
 		return err
+	}
+	if slices.ContainsFunc(runs, func(r Run) bool { return r.Autoscaled }) {
+		if err := savePlot(clusterSizePlot(runs, title), lineWidth, lineHeight, filepath.Join(dir, ClusterSizeFile)); err != nil {
+			return err
+		}
 	}
 	for i, name := range jobGPUsFileNames(runs) {
 		if err := writeJobGPUs(filepath.Join(dir, name), runs[i]); err != nil {

@@ -163,6 +163,13 @@ func TestWritePlotsEdgeCases(t *testing.T) {
 				Timeline: []Sample{{Time: 0, GPUsInUse: 1, JobGPUs: map[string]int{"a": 1}}}}},
 			wantFiles: []string{GPUsInUseFile, JCTCDFFile, "p_1-job-gpus.png"},
 		},
+		"autoscaled": {
+			runs: []Run{{Policy: "pollux", Workload: "w", TotalGPUs: 8, Autoscaled: true,
+				Jobs: []JobResult{{Name: "a", Completed: true, Completion: 120}},
+				Timeline: []Sample{{Time: 60, GPUsUp: 4, JobGPUs: map[string]int{}},
+					{Time: 120, GPUsInUse: 8, GPUsUp: 8, JobGPUs: map[string]int{"a": 8}}}}},
+			wantFiles: []string{ClusterSizeFile, GPUsInUseFile, JCTCDFFile, "pollux-job-gpus.png"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

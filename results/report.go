@@ -49,6 +49,9 @@ type Sample struct {
 	// TypeGPUsInUse counts allocated GPUs per GPU type on a typed cluster
 	// (nil otherwise).
 	TypeGPUsInUse map[string]int
+	// GPUsUp is the GPUs of the nodes up (billed) after the round: the
+	// cluster's size, which an autoscaler changes.
+	GPUsUp int
 }
 
 // Run is one simulation's (or closed loop's) raw outcome.
@@ -70,6 +73,12 @@ type Run struct {
 	OptimizeSeconds []float64
 	// Wall is the run's elapsed wall-clock time.
 	Wall time.Duration
+	// GPUHours is the GPU-hours of the nodes up from the first submission
+	// to the last completion (a fixed cluster's GPUs times that time);
+	// Cost their price where the run had one.
+	GPUHours, Cost float64
+	// Autoscaled is true when an autoscaler sized the cluster.
+	Autoscaled bool
 }
 
 // Summary is the JSON object that `pollux simulate -json` prints
@@ -113,6 +122,11 @@ type Summary struct {
 	OptimizeMsP95    float64 `json:"optimize_ms_p95"`
 	// WallSeconds is the run's wall-clock time in seconds.
 	WallSeconds float64 `json:"wall_s"`
+	// GPUHours is Run.GPUHours: the GPU-hours of the nodes up from the
+	// first submission to the last completion, what a cloud bills.
+	GPUHours float64 `json:"gpu_hours"`
+	// Cost is Run.Cost, where prices were given.
+	Cost float64 `json:"cost,omitempty"`
 }
 
 // Summarize computes a run's summary statistics:
@@ -143,6 +157,8 @@ func Summarize(r Run) Summary {
 		Jobs:        len(r.Jobs),
 		Rounds:      len(r.Timeline),
 		WallSeconds: r.Wall.Seconds(),
+		GPUHours:    r.GPUHours,
+		Cost:        r.Cost,
 	}
 
 	var jcts []float64

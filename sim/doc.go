@@ -6,4 +6,9 @@
 // real cluster. Its dynamics follow the Pollux artifact's simulator
 // (petuum/adaptdl, branch osdi21-artifact, simulator/simulator.py), so its
 // results can be compared with the published ones.
+//
+// With Config.Cloud the cluster is a cloud one (cloud.go): nodes of each
+// GPU type's template join after a boot delay when an autoscaler (package
+// policy/autoscale) asks for them and leave once drained, and the run
+// reports the GPU-hours of the nodes up.
 package sim

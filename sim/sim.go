@@ -97,6 +97,9 @@ type Config struct {
 	// MaxTime stops a simulation that has not finished (default 60 days of
 	// simulated time).
 	MaxTime time.Duration
+	// Cloud, when not nil, makes the cluster a cloud one whose nodes an
+	// autoscaler adds and removes (cloud.go).
+	Cloud *Cloud
 }
 
 // Share is Config.ShareProfiles.
@@ -170,6 +173,9 @@ func (c Config) withDefaults() Config {
 
 // totalGPUs is the cluster's GPU count (after withDefaults).
 func (c Config) totalGPUs() int {
+	if c.Cloud != nil {
+		return c.Cloud.maxGPUs(c.Cluster)
+	}
 	n := 0
 	for _, g := range c.Cluster {
 		n += g.Nodes * g.GPUsPerNode
@@ -259,6 +265,10 @@ type Simulator struct {
 	netScale map[string]map[string]map[string]model.NetworkScale
 	// realloc counts the run's reallocations by kind.
 	realloc Reallocations
+	// cloud is the cloud cluster (nil on a fixed one); roundJobs the
+	// policy's view of the jobs in the last round.
+	cloud     *cloudState
+	roundJobs []policy.Job
 }
 
 // New prepares a simulation of the workload jobs under pol. applications
@@ -299,6 +309,11 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			}
 			s.nodeIdx[id] = len(s.nodes)
 			s.nodes = append(s.nodes, policy.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+		}
+	}
+	if cfg.Cloud != nil {
+		if err := s.initCloud(); err != nil {
+			return nil, err
 		}
 	}
 	if policy.SeveralTypes(len(s.types)) && traits.UsesGoodput && !traits.ProjectedGoodput {
@@ -390,7 +405,10 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (results.Ru
 		if err != nil {
 			return run, err
 		}
-		sample := results.Sample{Time: s.now, JobGPUs: make(map[string]int, len(s.alloc))}
+		if s.cloud != nil {
+			s.cloudAfter()
+		}
+		sample := results.Sample{Time: s.now, JobGPUs: make(map[string]int, len(s.alloc)), GPUsUp: s.gpusUp()}
 		if run.TypeGPUs != nil {
 			sample.TypeGPUsInUse = map[string]int{}
 		}
@@ -421,6 +439,8 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (results.Ru
 			FinalBatchSize: j.batchSize(),
 		})
 	}
+	run.GPUHours, run.Cost = s.billing()
+	run.Autoscaled = s.cloud != nil
 	run.Wall = time.Since(start)
 	return run, nil
 }
@@ -445,6 +465,9 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 		}
 	}
 	s.now += interval
+	if s.cloud != nil {
+		s.cloudBefore()
+	}
 	in := policy.Input{Now: s.now, Nodes: s.nodes, Current: policy.Allocations{}}
 	for _, j := range s.jobs {
 		if j.submitted <= s.now && !j.done() {
@@ -466,7 +489,8 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 			}
 		}
 	}
-	if len(in.Jobs) == 0 {
+	s.roundJobs = in.Jobs
+	if len(in.Jobs) == 0 || len(in.Nodes) == 0 {
 		return -1, nil
 	}
 	s.alloc = in.Current

@@ -38,6 +38,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
 		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
 		share        = fs.String("share-profiles", "auto", "fit a job's throughput models on the profiles of every job of its application: auto (pollux on a cluster of several GPU types), on, off")
+		cloudFlags   = addCloudFlags(fs)
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: pollux simulate -workload FILE [flags]")
@@ -100,6 +101,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	cfg := sim.Config{Nodes: *nodes, GPUsPerNode: *gpus, Cluster: groups, Rules: rules, Interval: *interval, ExploreStart: *exploreStart}
 	if cfg.ShareProfiles, err = sim.ParseShare(*share); err != nil {
 		return usageErr("-share-profiles: %v", err)
+	}
+	if cfg.Cloud, err = cloudFlags.config(); err != nil {
+		return usageErr("%v", err)
 	}
 	if *restartDelay > 0 {
 		// One delay for every job, whatever the rules' per-application table.

@@ -24,6 +24,8 @@ var layers = [][]string{
 	{"policy/pollux", "policy/sia", "policy/baseline"},
 	// Pure core built on them.
 	{"internal/access", "metrics", "policy", "results", "workload", "apps"},
+	// Cluster sizing on the policy's types.
+	{"policy/autoscale"},
 	// Test helpers of the core; the controller, its Consul adapter, the
 	// simulator.
 	{"policy/policytest", "consul", "jobs", "sim"},
@@ -42,7 +44,7 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "policy/pollux", "policy/sia", "policy/baseline", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
 
 // workerForbidden are what the worker libraries must not depend on.
 var workerForbidden = []string{"jobs", "policy", "sim", "model", "nomad"}
