@@ -71,6 +71,21 @@ type Status struct {
 	// limit). JobCount is then the number of job lines.
 	JobShards int `json:"job_shards,omitempty"`
 	JobCount  int `json:"job_count,omitempty"`
+	// Policy names the round's policy; Settings are its effective
+	// settings on this round's cluster (the configuration's values, else
+	// the policy's defaults for the cluster's size and GPU types), for
+	// the Pollux policy. Both optional.
+	Policy   string    `json:"policy,omitempty"`
+	Settings []Setting `json:"settings,omitempty"`
+}
+
+// Setting is one effective policy setting: Key its name in the agent's
+// configuration, Value its value ("off" where it is off), Set whether
+// the configuration gives it (else it is the default for the cluster).
+type Setting struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+	Set   bool   `json:"set"`
 }
 
 // StatusInlineJobs is the most job lines a Status holds itself; a round

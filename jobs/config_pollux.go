@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/policy"
 )
 
@@ -279,13 +280,12 @@ func durationKnob(d time.Duration) float64 {
 }
 
 // EffectiveSetting is one Pollux setting as the policy runs it on a
-// cluster: Key is its name in the agent's configuration, Value its
-// effective value ("off" where it is off), Set whether the configuration
-// gives it (else it is the policy's default for the regime).
-type EffectiveSetting struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-	Set   bool   `json:"set"`
+// cluster (contract.Setting).
+type EffectiveSetting = contract.Setting
+
+// setting is an EffectiveSetting.
+func setting(key, value string, set bool) EffectiveSetting {
+	return EffectiveSetting{Key: key, Value: value, Set: set}
 }
 
 // EffectivePollux returns the settings the Pollux policy runs with under
@@ -314,25 +314,25 @@ func (c Config) EffectivePollux(r policy.Regime) []EffectiveSetting {
 		return (time.Duration(v * float64(time.Second))).String()
 	}
 	return []EffectiveSetting{
-		{"fairness_p", number(eff.FairnessP), asked.FairnessP != 0},
-		{"restart_penalty", seconds(eff.RestartPenalty), true},
-		{"interference_avoidance", strconv.FormatBool(!eff.DisableInterferenceAvoidance), true},
-		{"ga.population", strconv.Itoa(eff.Population), true},
-		{"ga.generations", strconv.Itoa(eff.Generations), true},
-		{"ga.seed", strconv.FormatInt(eff.Seed, 10), true},
-		{"ga.stall_generations", intOrOff(eff.StallGenerations), asked.StallGenerations != 0},
-		{"ga.workers", workers(eff.Workers), asked.Workers != 0},
-		{"pollux.restart_hysteresis", orOff(eff.RestartHysteresis, ""), asked.RestartHysteresis != 0},
-		{"pollux.growth_hysteresis", orOff(eff.GrowthHysteresis, ""), asked.GrowthHysteresis != 0},
-		{"pollux.service_weight", orOff(eff.ServiceWeight, ""), asked.ServiceWeight != 0},
-		{"pollux.age_weight_scale", seconds(eff.AgeWeightScale), asked.AgeWeightScale != 0},
-		{"pollux.age_weight_power", number(eff.AgeWeightPower), asked.AgeWeightPower != 0},
-		{"pollux.first_hold", orOff(eff.FirstHold, ""), asked.FirstHold != 0},
-		{"pollux.stand_in_knee", intOrOff(eff.StandInKnee), asked.StandInKnee != 0},
-		{"pollux.max_nodes_per_job", strconv.Itoa(eff.MaxNodesPerJob), asked.MaxNodesPerJob != 0},
-		{"pollux.restart_horizon", seconds(eff.RestartHorizon), asked.RestartHorizon != 0},
-		{"pollux.penalize_starts", strconv.FormatBool(eff.PenalizeStarts), true},
-		{"pollux.move_restoring", strconv.FormatBool(eff.MoveRestoring), true},
+		setting("fairness_p", number(eff.FairnessP), asked.FairnessP != 0),
+		setting("restart_penalty", seconds(eff.RestartPenalty), true),
+		setting("interference_avoidance", strconv.FormatBool(!eff.DisableInterferenceAvoidance), true),
+		setting("ga.population", strconv.Itoa(eff.Population), true),
+		setting("ga.generations", strconv.Itoa(eff.Generations), true),
+		setting("ga.seed", strconv.FormatInt(eff.Seed, 10), true),
+		setting("ga.stall_generations", intOrOff(eff.StallGenerations), asked.StallGenerations != 0),
+		setting("ga.workers", workers(eff.Workers), asked.Workers != 0),
+		setting("pollux.restart_hysteresis", orOff(eff.RestartHysteresis, ""), asked.RestartHysteresis != 0),
+		setting("pollux.growth_hysteresis", orOff(eff.GrowthHysteresis, ""), asked.GrowthHysteresis != 0),
+		setting("pollux.service_weight", orOff(eff.ServiceWeight, ""), asked.ServiceWeight != 0),
+		setting("pollux.age_weight_scale", seconds(eff.AgeWeightScale), asked.AgeWeightScale != 0),
+		setting("pollux.age_weight_power", number(eff.AgeWeightPower), asked.AgeWeightPower != 0),
+		setting("pollux.first_hold", orOff(eff.FirstHold, ""), asked.FirstHold != 0),
+		setting("pollux.stand_in_knee", intOrOff(eff.StandInKnee), asked.StandInKnee != 0),
+		setting("pollux.max_nodes_per_job", strconv.Itoa(eff.MaxNodesPerJob), asked.MaxNodesPerJob != 0),
+		setting("pollux.restart_horizon", seconds(eff.RestartHorizon), asked.RestartHorizon != 0),
+		setting("pollux.penalize_starts", strconv.FormatBool(eff.PenalizeStarts), true),
+		setting("pollux.move_restoring", strconv.FormatBool(eff.MoveRestoring), true),
 	}
 }
 

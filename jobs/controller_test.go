@@ -553,3 +553,32 @@ func TestWriteFailureReplans(t *testing.T) {
 		t.Errorf("a %+v, b %+v: want a not applied and b applied", la, lb)
 	}
 }
+
+// TestStatusEffectiveSettings: the status names the policy and, for
+// Pollux, its effective settings on the round's cluster: values the
+// configuration gives are marked set, the others are the policy's
+// defaults for the cluster (a 4-GPU one-type cluster here).
+func TestStatusEffectiveSettings(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	f.cfg.FairnessP = -0.5
+	st := f.round(f.controller("c"))
+	if st.Policy != "pollux" {
+		t.Fatalf("status policy %q, want pollux", st.Policy)
+	}
+	got := map[string]jobs.EffectiveSetting{}
+	for _, s := range st.Settings {
+		got[s.Key] = s
+	}
+	if s := got["fairness_p"]; s.Value != "-0.5" || !s.Set {
+		t.Errorf("fairness_p %+v, want -0.5, set", s)
+	}
+	if s, ok := got["pollux.growth_hysteresis"]; !ok || s.Set || s.Value == "" {
+		t.Errorf("pollux.growth_hysteresis %+v (listed %v), want the regime's default, not set", s, ok)
+	}
+
+	f.cfg.Policy = "tiresias"
+	st = f.round(f.controller("c2"))
+	if st.Policy != "tiresias" || len(st.Settings) != 0 {
+		t.Errorf("tiresias: policy %q, %d settings; want tiresias and none (Pollux's only)", st.Policy, len(st.Settings))
+	}
+}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strconv"
@@ -223,6 +224,10 @@ func gpusWords(n int) string {
 // (r.entries), the policy's input (r.in) and output (r.next).
 func (c *Controller) explain(r *round) {
 	cfg, status, stats, read, entries, in, next := r.cfg, r.status, r.stats, r.read, r.entries, r.in, r.next
+	status.Policy = cmp.Or(cfg.Policy, "pollux")
+	if status.Policy == "pollux" {
+		status.Settings = cfg.EffectivePollux(policy.RegimeOf(in.Nodes))
+	}
 	for _, n := range r.nodes {
 		ns := NodeStatus{ID: n.ID, Name: n.Name, GPUs: n.GPUs, Other: n.UsedByOthers, OtherJobs: n.OtherJobs}
 		if cfg.typed() {

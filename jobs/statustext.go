@@ -49,6 +49,23 @@ func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 	for _, e := range s.Errors {
 		b.WriteString("error: " + oneLine(e, 500) + "\n")
 	}
+	if s.Policy != "" {
+		b.WriteString("policy: " + s.Policy)
+		for i, st := range s.Settings {
+			sep := ", "
+			if i == 0 {
+				sep = " ("
+			}
+			b.WriteString(sep + st.Key + " " + st.Value)
+			if st.Set {
+				b.WriteString("*")
+			}
+		}
+		if len(s.Settings) > 0 {
+			b.WriteString("; * set by the configuration, the others defaults for this cluster)")
+		}
+		b.WriteString("\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

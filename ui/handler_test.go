@@ -46,6 +46,7 @@ func testSnapshot() *Snapshot {
 	explainBad := jobs.Explain(jobs.ExplainInput{State: jobs.StateInvalid, Error: "pollux_init_lr: required"})
 	explainHostile := jobs.Explain(jobs.ExplainInput{State: jobs.StateInvalid, Error: "pollux_init_batch_size: not an integer: \"<script>alert(1)</script>\""})
 	st := &jobs.Status{Round: 42, Time: t0, Instance: "host-a/alloc-1", Nodes: 2, GPUs: 6,
+		Policy: "pollux", Settings: []jobs.EffectiveSetting{{Key: "fairness_p", Value: "-1", Set: true}, {Key: "pollux.growth_hysteresis", Value: "0.3"}},
 		Timings: map[string]float64{"snapshot": 3, "fit": 1, "optimize": 20, "apply": 5, "total": 29},
 		NodeMap: []jobs.NodeStatus{
 			{ID: "n1", Name: "client-1", GPUs: 4, Other: 1, OtherJobs: []contract.OtherJob{{Job: "analytics/notebook", GPUs: 1}}},
@@ -108,7 +109,10 @@ func TestOverview(t *testing.T) {
 	}
 	for _, s := range []string{`id="round">42<`, "host-a/alloc-1", `data-reason="invalid_meta"`, "invalid meta pollux_init_lr", "29.0", "no_metrics", "1.0h", `data-node="n2" data-node-name="client-2" data-gpu-type="a100"`, "client-2 (4 a100)",
 		// Jobs Pollux does not manage are named in the legend and in their GPUs' titles.
-		"etl-nightly (1, not a Pollux job)", "notebook (1, not a Pollux job)", "<title>GPU 2: etl-nightly (not a Pollux job)</title>", "<title>GPU 3: a job Pollux does not manage</title>"} {
+		"etl-nightly (1, not a Pollux job)",
+		// The policy's effective settings, and where each comes from.
+		"Policy: pollux", `<tr data-setting="fairness_p"><td>fairness_p</td><td class="num">-1</td><td>configuration</td>`,
+		`<tr data-setting="pollux.growth_hysteresis"><td>pollux.growth_hysteresis</td><td class="num">0.3</td><td>default for this cluster</td>`, "notebook (1, not a Pollux job)", "<title>GPU 2: etl-nightly (not a Pollux job)</title>", "<title>GPU 3: a job Pollux does not manage</title>"} {
 		if !strings.Contains(body, s) {
 			t.Errorf("page lacks %q", s)
 		}

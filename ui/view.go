@@ -107,6 +107,11 @@ type overview struct {
 	Map    clusterMap
 	Jobs   []jobRow
 	Rounds []roundRow
+	// Policy and Settings are the last round's policy and its effective
+	// settings (Pollux's: the configuration's, else its defaults for the
+	// cluster).
+	Policy   string
+	Settings []jobs.EffectiveSetting
 }
 
 // palette holds distinct colours for the first jobs (in name order);
@@ -266,6 +271,7 @@ func newOverview(s *Snapshot, now time.Time, refresh time.Duration) overview {
 	colors := jobColors(s.Status)
 	o := overview{header: newHeader(s, now, refresh), Map: buildMap(s.Status, colors)}
 	if st := s.Status; st != nil {
+		o.Policy, o.Settings = st.Policy, st.Settings
 		names := nodeNames(st)
 		for _, j := range st.Jobs {
 			r := newJobRow(j, s.Jobs[j.Job], now, names)
