@@ -56,7 +56,18 @@ type Config struct {
 	// call instead of hanging the round. A blocking ListJobs is bounded by
 	// its wait plus RequestTimeout. Default 15s.
 	RequestTimeout time.Duration
+	// Lease, if set, is asked right before each registration Apply makes
+	// (after every read the write needs, as late as the client can): the
+	// job is registered only if it returns no error, with job meta
+	// pollux_term set to the term it names, and with the request's context
+	// ending at the lease's end. It is how a leader that was paused or cut
+	// off refrains from changing jobs once another may lead (see
+	// consul.Leader.Lease). Nil: no check (single-instance tools).
+	Lease func() (term string, end time.Time, err error)
 }
+
+// ErrNoLease: Apply did not register a job because Config.Lease refused.
+var ErrNoLease = errors.New("no leader lease")
 
 // DefaultRequestTimeout is Config.RequestTimeout's default.
 const DefaultRequestTimeout = 15 * time.Second
@@ -79,6 +90,7 @@ type Client struct {
 	// parked and queued count the jobs ReadParked and ReadQueued
 	// described from the list alone.
 	parked, queued atomic.Int64
+
 	// typeMu guards src and models: the GPU type source and each node's
 	// model name read from its meta or attributes, by node ID, kept while
 	// the node's ModifyIndex stays the same.
@@ -740,6 +752,17 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	maps.Copy(job.Meta, ch.Meta)
 	job.Meta[contract.MetaEnabled] = "true"
 
+	if c.cfg.Lease != nil {
+		term, end, err := c.cfg.Lease()
+		if err != nil {
+			log.Warn("not registering the job: no leader lease", "error", err)
+			return 0, fmt.Errorf("failed to apply change to job %s: %w: %w", ref, ErrNoLease, err)
+		}
+		job.Meta[contract.MetaTerm] = term
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, end)
+		defer cancel()
+	}
 	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: ch.JobModifyIndex}
 	w := (&api.WriteOptions{Namespace: ref.Namespace}).WithContext(ctx)
 	resp, _, err := c.api.Jobs().RegisterOpts(job, opts, w)

@@ -53,9 +53,16 @@ type setup struct {
 	kv      *consul.Client
 	consul  *consulapi.Client
 	nomad   *nomadapi.Client
+	// leader is the agent's candidacy (nil for plan and status): every
+	// registration of cluster asks its lease first.
+	leader *consul.Leader
+	// refused counts the writes the fences refused (nil: not counted).
+	refused func(target, reason string)
 }
 
-func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, error) {
+// newSetup builds the adapters; with lead, also the leader candidacy, and
+// the Nomad adapter registers jobs only under its lease.
+func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer, lead bool) (*setup, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "pollux", Level: hclog.LevelFromString(f.logLevel), JSONFormat: f.logJSON, Output: stderr})
 	cfg := jobs.DefaultConfig()
 	if f.config != "" {
@@ -82,16 +89,38 @@ func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, err
 	if err != nil {
 		return nil, fmt.Errorf("failed to create consul client (check CONSUL_HTTP_ADDR and the CONSUL_* TLS variables): %w", err)
 	}
-	cluster, err := nomad.New(nc, nomad.Config{Device: cfg.Device, NodePool: cfg.NodePool, Logger: log})
-	if err != nil {
-		return nil, err
-	}
 	instance := instanceName()
 	kv, err := consul.New(cc, consul.Config{Prefix: cfg.KVPrefix, Logger: log, Instance: instance})
 	if err != nil {
 		return nil, err
 	}
-	return &setup{log: log, cfg: cfg, cluster: cluster, kv: kv, consul: cc, nomad: nc}, nil
+	s := &setup{log: log, cfg: cfg, kv: kv, consul: cc, nomad: nc}
+	ncfg := nomad.Config{Device: cfg.Device, NodePool: cfg.NodePool, Logger: log}
+	if lead {
+		s.leader = kv.Leader()
+		ncfg.Lease = s.lease
+	}
+	if s.cluster, err = nomad.New(nc, ncfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// lease is the Nomad adapter's check before each registration: the
+// leader's lease, its term number for the job's pollux_term.
+func (s *setup) lease() (string, time.Time, error) {
+	term, end, err := s.leader.Lease()
+	if err != nil {
+		if s.refused != nil {
+			reason := "no_term"
+			if errors.Is(err, consul.ErrLeaseExpired) {
+				reason = "lease_expired"
+			}
+			s.refused("nomad", reason)
+		}
+		return "", time.Time{}, err
+	}
+	return term.String(), end, nil
 }
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -102,13 +131,18 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	s, err := newSetup(ctx, &f, stderr)
+	s, err := newSetup(ctx, &f, stderr, true)
 	if err != nil {
 		return err
 	}
 	tel := jobs.NewTelemetry()
-	leader := s.kv.Leader()
-	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: s.kv, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify})
+	s.refused = tel.FenceRefused
+	leader := s.leader
+	// Every KV write of the controller is fenced by Consul on the leader
+	// lock, every job registration by the leader's lease.
+	fenced := leader.KV()
+	fenced.OnRefused = func(_, reason string) { tel.FenceRefused("consul", reason) }
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: fenced, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify})
 	if err != nil {
 		return err
 	}
@@ -143,7 +177,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	return jobs.RunAgent(ctx, jobs.AgentOptions{
-		Controller: ctrl, Leadership: leader, KV: s.kv, Logger: s.log, Base: s.cfg, Telemetry: tel,
+		Controller: ctrl, Leadership: leader, KV: fenced, Logger: s.log, Base: s.cfg, Telemetry: tel,
 	})
 }
 
@@ -157,7 +191,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	s, err := newSetup(ctx, &f, stderr)
+	s, err := newSetup(ctx, &f, stderr, false)
 	if err != nil {
 		return err
 	}
@@ -194,7 +228,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 1 {
 		return usageErr("usage: pollux status [flags] [JOB]")
 	}
-	s, err := newSetup(ctx, &f, stderr)
+	s, err := newSetup(ctx, &f, stderr, false)
 	if err != nil {
 		return err
 	}
