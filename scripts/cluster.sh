@@ -555,6 +555,7 @@ launch() {
       start consul "$dir/consul" "$bin/consul" agent "${mode[@]}" -node pollux-consul \
         -bind 127.0.0.1 -client 127.0.0.1 \
         -hcl 'disable_update_check = true' \
+        -hcl 'session_ttl_min = "1s"' \
         -hcl "ports { $ports, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
       ;;
     nomad-server)

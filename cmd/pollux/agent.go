@@ -31,6 +31,10 @@ type agentFlags struct {
 	logJSON  bool
 	logLevel string
 	debug    bool
+	// sessionTTL and lockDelay are the leader session's (0: consul's
+	// defaults).
+	sessionTTL time.Duration
+	lockDelay  time.Duration
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
@@ -42,6 +46,8 @@ func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
 		fs.BoolVar(&f.dryRun, "dry-run", false, "decide and publish decisions, but never change a job")
 		fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9505", "listen address for /healthz and /metrics (empty: off)")
 		fs.BoolVar(&f.debug, "enable-debug", false, "also serve Go's profiler at /debug/pprof/ on -http-addr (for profiling the agent)")
+		fs.DurationVar(&f.sessionTTL, "session-ttl", consul.DefaultSessionTTL, "TTL of the leader's Consul session: a dead leader is replaced 2-3x this after it stops (Consul's session_ttl_min must allow it)")
+		fs.DurationVar(&f.lockDelay, "lock-delay", consul.DefaultLockDelay, "lock-delay of the leader's Consul session (every instance should use the same)")
 	}
 }
 
@@ -90,7 +96,7 @@ func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer, lead bool) (
 		return nil, fmt.Errorf("failed to create consul client (check CONSUL_HTTP_ADDR and the CONSUL_* TLS variables): %w", err)
 	}
 	instance := instanceName()
-	kv, err := consul.New(cc, consul.Config{Prefix: cfg.KVPrefix, Logger: log, Instance: instance})
+	kv, err := consul.New(cc, consul.Config{Prefix: cfg.KVPrefix, Logger: log, Instance: instance, SessionTTL: f.sessionTTL, LockDelay: f.lockDelay})
 	if err != nil {
 		return nil, err
 	}

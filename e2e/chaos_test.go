@@ -1,0 +1,400 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The paused-leader chaos test: two agents, each talking to Consul and
+// Nomad through logging proxies of the test; the leader A is frozen with
+// SIGSTOP (a GC pause, a frozen VM) at a chosen point of a round, longer
+// than its session's TTL, so that B takes the lock; A is resumed right
+// after B's first write, or 2 s later. Whatever A still does, no write of
+// its may be accepted by Consul or Nomad after B's first.
+
+// chaosTTL is the agents' session TTL in the chaos test: short, so that a
+// takeover takes seconds (the local cluster's Consul allows TTLs from 1s).
+const chaosTTL = 2 * time.Second
+
+// pausePoint is where in A's round the proxy freezes A.
+type pausePoint string
+
+const (
+	// afterFence: A has just verified that it holds the lock (the round's
+	// fence, a consistent read of the lock key) and is about to write.
+	afterFence pausePoint = "after-fence"
+	// afterWriteAhead: Consul has just accepted A's write-ahead record of
+	// a job change (a state with a pending write); the registration is
+	// next.
+	afterWriteAhead pausePoint = "after-write-ahead"
+)
+
+// wireWrite is one data write an agent sent through a proxy.
+type wireWrite struct {
+	agent, target string // "a" or "b"; "consul" or "nomad"
+	what          string
+	sent, done    time.Time
+	status        int
+	// accepted: the server applied it; refused: Consul's check-session
+	// refused it (the fence).
+	accepted, refused bool
+}
+
+// wireLog records the data writes of both agents: every KV write and job
+// registration, not the leader election's own requests (sessions, lock
+// acquire and release) nor the access check's probes.
+type wireLog struct {
+	mu     sync.Mutex
+	writes []wireWrite
+	// bFirst is closed when B's first data write is accepted.
+	bFirst     chan struct{}
+	bFirstOnce sync.Once
+}
+
+func newWireLog() *wireLog { return &wireLog{bFirst: make(chan struct{})} }
+
+func (l *wireLog) add(w wireWrite) {
+	l.mu.Lock()
+	l.writes = append(l.writes, w)
+	l.mu.Unlock()
+	if w.agent == "b" && w.accepted {
+		l.bFirstOnce.Do(func() { close(l.bFirst) })
+	}
+}
+
+func (l *wireLog) all() []wireWrite {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]wireWrite(nil), l.writes...)
+}
+
+// callKey carries a proxied request's record through the reverse proxy.
+type callKey struct{}
+
+type call struct {
+	write bool
+	what  string
+	sent  time.Time
+	body  []byte
+	r     *http.Request
+}
+
+// wireProxy is a logging reverse proxy from one agent to one server. hook,
+// if set, sees every response before the agent does (the pause points).
+type wireProxy struct {
+	srv  *http.Server
+	addr string
+}
+
+func startWireProxy(t *testing.T, agent, target, to string, log *wireLog, hook func(c *call, status int, body []byte)) *wireProxy {
+	t.Helper()
+	if !strings.Contains(to, "://") {
+		to = "http://" + to
+	}
+	u, err := url.Parse(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &wireProxy{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.ModifyResponse = func(resp *http.Response) error {
+		c, _ := resp.Request.Context().Value(callKey{}).(*call)
+		if c == nil || (!c.write && hook == nil) {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if c.write {
+			w := wireWrite{agent: agent, target: target, what: c.what, sent: c.sent, done: time.Now(), status: resp.StatusCode}
+			switch {
+			case target == "consul" && strings.HasPrefix(c.r.URL.Path, "/v1/kv/"):
+				w.accepted = resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "true"
+			default:
+				w.accepted = resp.StatusCode == http.StatusOK
+			}
+			w.refused = target == "consul" && resp.StatusCode == http.StatusConflict && bytes.Contains(body, []byte("session"))
+			log.add(w)
+		}
+		if hook != nil {
+			hook(c, resp.StatusCode, body)
+		}
+		return nil
+	}
+	p.srv = &http.Server{Addr: p.addr, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &call{sent: time.Now(), r: r}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			c.body = body
+			c.write, c.what = classifyWrite(target, r, body)
+		}
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+	})}
+	go func() { _ = p.srv.ListenAndServe() }()
+	t.Cleanup(func() { _ = p.srv.Close() })
+	return p
+}
+
+// classifyWrite tells whether a request is a data write and describes it.
+func classifyWrite(target string, r *http.Request, body []byte) (bool, string) {
+	path, q := r.URL.Path, r.URL.Query()
+	desc := r.Method + " " + path
+	if target == "nomad" {
+		if strings.HasSuffix(path, "/plan") || bytes.Contains(body, []byte(`"pollux-access-probe"`)) {
+			return false, desc
+		}
+		return true, desc
+	}
+	switch {
+	case strings.HasPrefix(path, "/v1/session/"):
+		return false, desc
+	case strings.HasPrefix(path, "/v1/kv/"):
+		if q.Has("acquire") || q.Has("release") {
+			return false, desc
+		}
+		// The access check's CAS at an index no key has never applies.
+		if q.Get("cas") == strconv.FormatUint(^uint64(0), 10) {
+			return false, desc
+		}
+		return true, desc
+	case path == "/v1/txn":
+		keys, _ := txnKeys(body)
+		return true, desc + " " + strings.Join(keys, ",")
+	}
+	return false, desc
+}
+
+// txnOp is one operation of a Consul transaction request.
+type txnOp struct {
+	KV *struct {
+		Verb  string
+		Key   string
+		Value string // base64
+	}
+}
+
+// txnKeys lists the keys a transaction sets or deletes.
+func txnKeys(body []byte) ([]string, []txnOp) {
+	var ops []txnOp
+	if json.Unmarshal(body, &ops) != nil {
+		return nil, nil
+	}
+	var keys []string
+	for _, op := range ops {
+		if op.KV != nil && op.KV.Verb != "check-session" {
+			keys = append(keys, op.KV.Verb+":"+op.KV.Key)
+		}
+	}
+	return keys, ops
+}
+
+// isWriteAhead tells whether a transaction records a pending job write.
+func isWriteAhead(body []byte) bool {
+	_, ops := txnKeys(body)
+	for _, op := range ops {
+		if op.KV == nil || op.KV.Verb != "set" || !strings.HasSuffix(op.KV.Key, "/state") {
+			continue
+		}
+		v, err := base64.StdEncoding.DecodeString(op.KV.Value)
+		if err == nil && bytes.Contains(v, []byte(`"pending":{`)) {
+			return true
+		}
+	}
+	return false
+}
+
+// metricSum adds up every series of a metric on an agent's /metrics.
+func metricSum(addr, name string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// chaosResult is one run's measurements.
+type chaosResult struct {
+	// takeover is from A's pause to B's first accepted write.
+	takeover time.Duration
+	// refusedConsul counts A's writes Consul refused (check-session),
+	// refusedAgent what A's own fences counted (pollux_fence_refused_total).
+	refusedConsul int
+	refusedAgent  float64
+	// lateAccepted lists A's writes accepted after B's first write.
+	lateAccepted []wireWrite
+}
+
+// runChaos runs one paused-leader scenario on the shared cluster.
+func runChaos(t *testing.T, point pausePoint, resumeAfter time.Duration) chaosResult {
+	e := newEnv(t)
+	ids := e.registerFour(t)
+	e.waitAsSubmitted(t, ids...)
+	e.agentArgs = []string{"-session-ttl", chaosTTL.String()}
+	cfg := e.agentConfig(t, "")
+	log := newWireLog()
+	consulAddr, nomadAddr := os.Getenv("CONSUL_HTTP_ADDR"), os.Getenv("NOMAD_ADDR")
+
+	var victim atomic.Pointer[agentProc]
+	var armed atomic.Bool
+	armed.Store(true)
+	paused := make(chan time.Time, 1)
+	lockPath := "/v1/kv/" + e.prefix + "leader"
+	hook := func(c *call, status int, body []byte) {
+		hit := false
+		switch point {
+		case afterFence:
+			hit = c.r.Method == http.MethodGet && c.r.URL.Path == lockPath && c.r.URL.Query().Has("consistent")
+		case afterWriteAhead:
+			hit = c.write && status == http.StatusOK && c.r.URL.Path == "/v1/txn" && isWriteAhead(c.body)
+		}
+		if !hit || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		p := victim.Load()
+		if p == nil {
+			armed.Store(true)
+			return
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		paused <- time.Now()
+	}
+	agentEnv := func(name string, h func(*call, int, []byte)) []string {
+		cp := startWireProxy(t, name, "consul", consulAddr, log, h)
+		np := startWireProxy(t, name, "nomad", nomadAddr, log, nil)
+		return append(os.Environ(), "CONSUL_HTTP_ADDR="+cp.addr, "NOMAD_ADDR=http://"+np.addr)
+	}
+
+	e.agentEnv = agentEnv("a", hook)
+	a := e.startAgent(t, "a", cfg)
+	victim.Store(a)
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) }) // before startAgent's SIGTERM
+	a.waitLogged(t, 60*time.Second, "acquired leadership")
+	e.agentEnv = agentEnv("b", nil)
+	b := e.startAgent(t, "b", cfg)
+
+	var pausedAt time.Time
+	select {
+	case pausedAt = <-paused:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("A never reached the pause point %s", point)
+	}
+	select {
+	case <-log.bFirst:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("B made no write within 60s of A's pause")
+	}
+	bFirstAt := time.Now()
+	time.Sleep(resumeAfter)
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT A: %v", err)
+	}
+	resumed := time.Now()
+	// A finds out, ends its round and waits for the lock again.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if n, _ := a.logged("waiting for leadership"); n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A did not go back to waiting for leadership within 60s of its resumption")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // any straggling write of A's round
+	b.waitLogged(t, 10*time.Second, "acquired leadership")
+
+	var first *wireWrite
+	writes := log.all()
+	for i := range writes {
+		if w := &writes[i]; w.agent == "b" && w.accepted && (first == nil || w.sent.Before(first.sent)) {
+			first = w
+		}
+	}
+	res := chaosResult{takeover: first.done.Sub(pausedAt), refusedAgent: metricSum(a.addr, "pollux_fence_refused_total")}
+	for _, w := range writes {
+		if w.agent != "a" {
+			continue
+		}
+		if w.refused {
+			res.refusedConsul++
+		}
+		if w.accepted && w.done.After(first.sent) {
+			res.lateAccepted = append(res.lateAccepted, w)
+		}
+	}
+	t.Logf("%s, resumed %v after B's first write (%s): B's first write %v after A's pause; A resumed at +%v; A's writes refused by Consul %d, counted by A's fences %.0f",
+		point, resumeAfter, first.what, res.takeover.Round(time.Millisecond), resumed.Sub(bFirstAt).Round(time.Millisecond), res.refusedConsul, res.refusedAgent)
+	for _, w := range res.lateAccepted {
+		t.Errorf("deposed leader's write accepted %v after the new leader's first: %s %s (status %d)", w.done.Sub(first.sent).Round(time.Microsecond), w.target, w.what, w.status)
+	}
+	// The new leader leaves every job whole: meta, state and published
+	// decision agree, no write pending.
+	e.waitWhole(t, 90*time.Second, ids...)
+	return res
+}
+
+// TestChaosPausedLeader pauses the leader at each of the two points of a
+// round, resuming it at once and 2 s after the new leader's first write.
+// POLLUX_CHAOS_RUNS repeats the four cases (default once).
+func TestChaosPausedLeader(t *testing.T) {
+	runs := 1
+	if v, err := strconv.Atoi(os.Getenv("POLLUX_CHAOS_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	start := time.Now()
+	var takeovers []time.Duration
+	refused := 0.0
+	for run := 1; run <= runs; run++ {
+		for _, point := range []pausePoint{afterFence, afterWriteAhead} {
+			for _, resume := range []time.Duration{0, 2 * time.Second} {
+				name := fmt.Sprintf("run%d/%s/resume-%s", run, point, resume)
+				t.Run(name, func(t *testing.T) {
+					res := runChaos(t, point, resume)
+					takeovers = append(takeovers, res.takeover)
+					refused += res.refusedAgent
+					if point == afterWriteAhead && res.refusedAgent < 1 {
+						t.Errorf("A's fences refused nothing after its resumption: its pending registration was neither refused nor made?")
+					}
+				})
+			}
+		}
+	}
+	t.Logf("%d runs of 4 cases in %v; takeover after the pause %v; writes refused by A's fences %.0f in all", runs, time.Since(start).Round(time.Second), takeovers, refused)
+}
