@@ -390,7 +390,7 @@ func (c *Client) read(ctx context.Context, ref jobs.JobRef, cached bool) (jobs.J
 		j.Placement = specPlacement(job, g, c.dev)
 		j.Unshaped = len(j.Placement) == 0 && g.Meta[contract.MetaNode] == "" && count(g) >= 1
 	}
-	if j.Running, err = c.running(ctx, ref, job, cached); err != nil {
+	if j.Running, j.Started, err = c.running(ctx, ref, job, cached); err != nil {
 		return jobs.Job{}, err
 	}
 	return j, nil
@@ -469,8 +469,9 @@ var allocIndex = regexp.MustCompile(`\[(\d+)\]$`)
 // running, desired to run: a pending allocation already holds its devices), per node,
 // nodes ordered by their group's rank (then allocation index, then ID).
 // With shared, the allocations come from the listing shared by a round's
-// reads (placedAllocs), else from a listing of the job's own.
-func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, shared bool) (_ []jobs.NodeGPUs, err error) {
+// reads (placedAllocs), else from a listing of the job's own. It also
+// returns when the newest of those allocations was created (zero if none).
+func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, shared bool) (_ []jobs.NodeGPUs, started time.Time, err error) {
 	var allocs []*api.AllocationListStub
 	if shared {
 		allocs, err = c.placedAllocs(ctx, ref)
@@ -478,7 +479,7 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, sha
 		allocs, err = c.jobAllocs(ctx, ref)
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	const unranked = 1 << 30
 	rank := map[string]int{}
@@ -497,10 +498,13 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, sha
 		}
 		n, err := c.allocDevices(ctx, a)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if n == 0 {
 			continue
+		}
+		if t := time.Unix(0, a.CreateTime); a.CreateTime > 0 && t.After(started) {
+			started = t
 		}
 		k := key{unranked, unranked}
 		if r, ok := rank[a.TaskGroup]; ok {
@@ -523,9 +527,9 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, sha
 		return cmp.Or(cmp.Compare(ka.rank, kb.rank), cmp.Compare(ka.index, kb.index), cmp.Compare(a.Node, b.Node))
 	})
 	if len(out) == 0 {
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
-	return out, nil
+	return out, started.UTC(), nil
 }
 
 // allocDevices counts the distinct device IDs of the configured type an
