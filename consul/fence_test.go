@@ -161,10 +161,12 @@ func TestFencedKVDeposedLeaderRefused(t *testing.T) {
 	}
 
 	writes := map[string]func() error{
-		"put":      func() error { return stale.Put(ctx, "state", []byte("a-late")) },
-		"put_many": func() error { return stale.PutMany(ctx, []contract.KVPair{{Key: "state", Value: []byte("a-late")}, {Key: "other", Value: []byte("a")}}) },
-		"cas":      func() error { return stale.CAS(ctx, "other", []byte("a"), 0) },
-		"delete":   func() error { return stale.Delete(ctx, "state", true) },
+		"put": func() error { return stale.Put(ctx, "state", []byte("a-late")) },
+		"put_many": func() error {
+			return stale.PutMany(ctx, []contract.KVPair{{Key: "state", Value: []byte("a-late")}, {Key: "other", Value: []byte("a")}})
+		},
+		"cas":    func() error { return stale.CAS(ctx, "other", []byte("a"), 0) },
+		"delete": func() error { return stale.Delete(ctx, "state", true) },
 	}
 	for op, write := range writes {
 		err := write()

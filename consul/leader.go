@@ -207,6 +207,16 @@ func (l *Leader) Lease() (Term, time.Time, error) {
 	return t.info(), end, nil
 }
 
+// LeaseEnd returns when the current term's lease ends (see Lease), or
+// false when no term is held.
+func (l *Leader) LeaseEnd() (time.Time, bool) {
+	_, end, err := l.Lease()
+	if errors.Is(err, ErrNotLeader) {
+		return time.Time{}, false
+	}
+	return end, true
+}
+
 // Acquire blocks until this instance holds the lock, or ctx ends. The
 // returned channel is closed when leadership is lost (see Leader). The
 // lock outlives ctx: call Release to give it up. It is an error to call

@@ -211,6 +211,9 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 			case <-leadCtx.Done():
 			}
 		}()
+		if l, ok := o.Leadership.(Leased); ok {
+			go watchLease(leadCtx, l, cancel, log)
+		}
 		runRounds(leadCtx, o, log, wake)
 		cancel()
 		if o.Telemetry != nil {
@@ -223,17 +226,50 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 	return nil
 }
 
+// Leased is implemented by a Leadership whose terms hold a lease
+// (consul.Leader): LeaseEnd returns when the current term's lease ends, or
+// false when no term is held. The agent stops the term's rounds the moment
+// the lease ends without having been renewed, before the term itself is
+// found over.
+type Leased interface {
+	LeaseEnd() (time.Time, bool)
+}
+
+// watchLease cancels the term's rounds (stop) once its lease has ended.
+func watchLease(ctx context.Context, l Leased, stop context.CancelFunc, log hclog.Logger) {
+	for {
+		end, ok := l.LeaseEnd()
+		if !ok || !time.Now().Before(end) {
+			log.Warn("leader lease ended; stopping the round")
+			stop()
+			return
+		}
+		t := time.NewTimer(time.Until(end))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // runRounds runs a round now and then every interval (or when a new job
 // appears, but at most every few seconds) until ctx ends.
 func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) {
 	for ctx.Err() == nil {
 		st, err := o.Controller.Round(ctx, true)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		switch {
+		case ctx.Err() != nil:
+			// The term ended (or the agent stops) during the round: what
+			// it did not write is left to the next leader.
+			if st != nil {
+				log.Warn("round interrupted: leadership ended", "round", st.Round)
 			}
+			return
+		case err != nil:
 			log.Error("round failed", "error", err)
-		} else {
+		default:
 			log.Info("round done", "round", st.Round, "jobs", len(st.Jobs), "conflicts", st.Conflicts, "total_ms", st.Timings["total"],
 				"snapshot_ms", st.Timings["snapshot"], "fit_ms", st.Timings["fit"], "optimize_ms", st.Timings["optimize"], "apply_ms", st.Timings["apply"])
 			if o.OnRound != nil {
