@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,4 +398,120 @@ func TestChaosPausedLeader(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs of 4 cases in %v; takeover after the pause %v; writes refused by A's fences %.0f in all", runs, time.Since(start).Round(time.Second), takeovers, refused)
+}
+
+// firstAccepted returns agent's first accepted write, or nil.
+func (l *wireLog) firstAccepted(agent string, after time.Time) *wireWrite {
+	var first *wireWrite
+	for _, w := range l.all() {
+		if w.agent == agent && w.accepted && w.sent.After(after) && (first == nil || w.sent.Before(first.sent)) {
+			w := w
+			first = &w
+		}
+	}
+	return first
+}
+
+// TestFailover measures how long the agents are without a working leader
+// when the leader dies (SIGKILL) with the default session TTL: from the
+// kill to the new leader's first accepted write. POLLUX_FAILOVER_RUNS sets
+// the number of kills (default 2). Run it on a three-server cluster with
+// CLUSTER_SERVERS=3 scripts/with-cluster.sh.
+func TestFailover(t *testing.T) {
+	runs := 2
+	if v, err := strconv.Atoi(os.Getenv("POLLUX_FAILOVER_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	e := newEnv(t)
+	cfg := e.agentConfig(t, "")
+	log := newWireLog()
+	consulAddr, nomadAddr := os.Getenv("CONSUL_HTTP_ADDR"), os.Getenv("NOMAD_ADDR")
+	start := func(name string) *agentProc {
+		cp := startWireProxy(t, name, "consul", consulAddr, log, nil)
+		np := startWireProxy(t, name, "nomad", nomadAddr, log, nil)
+		e.agentEnv = append(os.Environ(), "CONSUL_HTTP_ADDR="+cp.addr, "NOMAD_ADDR=http://"+np.addr)
+		return e.startAgent(t, name, cfg)
+	}
+	leader := start("agent-0")
+	leader.waitLogged(t, 60*time.Second, "acquired leadership")
+	var took []time.Duration
+	for i := 1; i <= runs; i++ {
+		name := fmt.Sprintf("agent-%d", i)
+		next := start(name)
+		next.waitLogged(t, 60*time.Second, "waiting for leadership")
+		time.Sleep(2 * time.Second)
+		_ = leader.cmd.Process.Signal(syscall.SIGKILL)
+		killed := time.Now()
+		<-leader.done
+		deadline := killed.Add(3*consulDefaultTTL + 30*time.Second)
+		var first *wireWrite
+		for first == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: no write of the new leader within %v of the kill", i, time.Until(deadline)+time.Since(killed))
+			}
+			time.Sleep(50 * time.Millisecond)
+			first = log.firstAccepted(name, killed)
+		}
+		d := first.done.Sub(killed)
+		took = append(took, d)
+		t.Logf("run %d: new leader's first write %v after the leader's death (%s)", i, d.Round(time.Millisecond), first.what)
+		// Consul invalidates the dead leader's session 1.5-2 TTL after
+		// its death (renewals every TTL/2, timer 2×TTL), then the
+		// lock-delay (1s).
+		if bound := 2*consulDefaultTTL + time.Second + 5*time.Second; d > bound {
+			t.Errorf("run %d: failover took %v, want within %v", i, d, bound)
+		}
+		leader = next
+	}
+	sorted := append([]time.Duration(nil), took...)
+	slices.Sort(sorted)
+	t.Logf("failover over %d kills: median %v, max %v (all %v)", runs, sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond), took)
+}
+
+// consulDefaultTTL is the agent's default leader session TTL.
+const consulDefaultTTL = 10 * time.Second
+
+// TestLeaderlessAfterConsulOutage: Consul (a persistent server) is down
+// for 19 s while two agents run; once it is back, a leader writes again
+// within TTL + lock-delay + one retry interval: the old holder's session
+// is destroyed as soon as Consul answers instead of living on until
+// Consul's own timer (reset to 2×TTL by the restart) expires.
+func TestLeaderlessAfterConsulOutage(t *testing.T) {
+	c := startCluster(t, clusterOptions{PersistentConsul: true})
+	e := newEnvOn(t, c)
+	cfg := e.agentConfig(t, "")
+	log := newWireLog()
+	start := func(name string) *agentProc {
+		cp := startWireProxy(t, name, "consul", c.env["CONSUL_HTTP_ADDR"], log, nil)
+		np := startWireProxy(t, name, "nomad", c.env["NOMAD_ADDR"], log, nil)
+		e.agentEnv = c.environ("CONSUL_HTTP_ADDR="+cp.addr, "NOMAD_ADDR=http://"+np.addr)
+		return e.startAgent(t, name, cfg)
+	}
+	a := start("a")
+	a.waitLogged(t, 60*time.Second, "acquired leadership")
+	b := start("b")
+	b.waitLogged(t, 60*time.Second, "waiting for leadership")
+	c.fault("stop", "consul")
+	time.Sleep(19 * time.Second)
+	c.fault("start", "consul") // returns once Consul has a leader
+	healthy := time.Now()
+	deadline := healthy.Add(60 * time.Second)
+	var first *wireWrite
+	for first == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader wrote within 60s of Consul's return")
+		}
+		time.Sleep(50 * time.Millisecond)
+		if f := log.firstAccepted("a", healthy); f != nil {
+			first = f
+		}
+		if f := log.firstAccepted("b", healthy); f != nil && (first == nil || f.sent.Before(first.sent)) {
+			first = f
+		}
+	}
+	d := first.done.Sub(healthy)
+	t.Logf("leaderless for %v after Consul was healthy again (first write by %s: %s)", d.Round(time.Millisecond), first.agent, first.what)
+	if bound := consulDefaultTTL + time.Second + 3*time.Second; d > bound {
+		t.Errorf("no leader for %v after Consul's return, want within TTL + lock-delay + one interval (%v)", d, bound)
+	}
 }
