@@ -275,15 +275,24 @@ func runChaos(t *testing.T, point pausePoint, resumeAfter time.Duration) chaosRe
 	var victim atomic.Pointer[agentProc]
 	var armed atomic.Bool
 	armed.Store(true)
+	// roundBegun: A, leading, has read the nodes (its first round's
+	// snapshot).
+	var roundBegun atomic.Bool
 	paused := make(chan time.Time, 1)
 	lockPath := "/v1/kv/" + e.prefix + "leader"
 	hook := func(c *call, status int, body []byte) {
 		hit := false
 		switch point {
 		case afterFence:
-			hit = c.r.Method == http.MethodGet && c.r.URL.Path == lockPath && c.r.URL.Query().Has("consistent")
+			// The fence's read: consistent and not blocking, once A's
+			// round has begun (it read the nodes): the lock loop's reads
+			// while acquiring carry a wait, and the lock monitor's first
+			// read comes right at the acquisition.
+			q := c.r.URL.Query()
+			hit = roundBegun.Load() && c.r.Method == http.MethodGet && c.r.URL.Path == lockPath && q.Has("consistent") && !q.Has("wait")
 		case afterWriteAhead:
-			hit = c.write && status == http.StatusOK && c.r.URL.Path == "/v1/txn" && isWriteAhead(c.body)
+			plain := strings.HasSuffix(c.r.URL.Path, "/state") && bytes.Contains(c.body, []byte(`"pending":{`))
+			hit = c.write && status == http.StatusOK && (plain || c.r.URL.Path == "/v1/txn" && isWriteAhead(c.body))
 		}
 		if !hit || !armed.CompareAndSwap(true, false) {
 			return
@@ -293,12 +302,29 @@ func runChaos(t *testing.T, point pausePoint, resumeAfter time.Duration) chaosRe
 			armed.Store(true)
 			return
 		}
+		if n, _ := p.logged("acquired leadership"); n == 0 {
+			armed.Store(true)
+			return
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
 		paused <- time.Now()
 	}
+	nomadHook := func(c *call, status int, body []byte) {
+		p := victim.Load()
+		if p == nil || c.r.Method != http.MethodGet || c.r.URL.Path != "/v1/nodes" {
+			return
+		}
+		if n, _ := p.logged("acquired leadership"); n > 0 {
+			roundBegun.Store(true)
+		}
+	}
 	agentEnv := func(name string, h func(*call, int, []byte)) []string {
 		cp := startWireProxy(t, name, "consul", consulAddr, log, h)
-		np := startWireProxy(t, name, "nomad", nomadAddr, log, nil)
+		var nh func(*call, int, []byte)
+		if h != nil {
+			nh = nomadHook
+		}
+		np := startWireProxy(t, name, "nomad", nomadAddr, log, nh)
 		return append(os.Environ(), "CONSUL_HTTP_ADDR="+cp.addr, "NOMAD_ADDR=http://"+np.addr)
 	}
 
