@@ -203,19 +203,7 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 			o.Telemetry.SetLeader(true)
 		}
 		o.Controller.TakeOver(ctx)
-		leadCtx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-lost:
-				cancel()
-			case <-leadCtx.Done():
-			}
-		}()
-		if l, ok := o.Leadership.(Leased); ok {
-			go watchLease(leadCtx, l, cancel, log)
-		}
-		runRounds(leadCtx, o, log, wake)
-		cancel()
+		leadTerm(ctx, o, log, wake, lost)
 		if o.Telemetry != nil {
 			o.Telemetry.SetLeader(false)
 		}
@@ -224,6 +212,59 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 		}
 	}
 	return nil
+}
+
+// leadTerm runs rounds until the term ends (lost is closed) or ctx ends.
+// With a Leased leadership, rounds stop when the lease ends unrenewed; if
+// a renewal then succeeds before the term ends (a slow answer of Consul),
+// they resume in the same term.
+func leadTerm(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}, lost <-chan struct{}) {
+	leased, hasLease := o.Leadership.(Leased)
+	for ctx.Err() == nil {
+		leadCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lost:
+				cancel()
+			case <-leadCtx.Done():
+			}
+		}()
+		if hasLease {
+			go watchLease(leadCtx, leased, cancel, log)
+		}
+		runRounds(leadCtx, o, log, wake)
+		cancel()
+		if !hasLease || !awaitLease(ctx, o.Clock, leased, lost) {
+			return
+		}
+		log.Info("leader lease renewed; resuming rounds")
+	}
+}
+
+// awaitLease waits, after the lease ended, until it holds again (true) or
+// the term or ctx ends (false).
+func awaitLease(ctx context.Context, clock Clock, l Leased, lost <-chan struct{}) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-lost:
+			return false
+		default:
+		}
+		if end, ok := l.LeaseEnd(); !ok {
+			return false
+		} else if time.Now().Before(end) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-lost:
+			return false
+		case <-clock.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Leased is implemented by a Leadership whose terms hold a lease
