@@ -224,7 +224,10 @@ func TestThreeServers(t *testing.T) {
 	var onRegister atomic.Pointer[func()]
 	aConsul := startTCPProxy(t, []string{consulLB.addr()})
 	aNomadHook := func(c *call, status int, body []byte) {
-		if f := onRegister.Swap(nil); f != nil && c.write && status == http.StatusOK {
+		if !c.write || status != http.StatusOK {
+			return
+		}
+		if f := onRegister.Swap(nil); f != nil {
 			(*f)()
 		}
 	}
@@ -281,10 +284,16 @@ func TestThreeServers(t *testing.T) {
 	e.agentEnv = c.environ("CONSUL_HTTP_ADDR="+bcp.addr, "NOMAD_ADDR=http://"+bnp.addr)
 	b := e.startAgent(t, "b", cfg)
 	b.waitLogged(t, 60*time.Second, "waiting for leadership")
+	before, _ := a.logged("lost leadership")
 	cutAt := time.Now()
 	aConsul.Cut()
 	t.Cleanup(aConsul.Restore)
-	a.waitLogged(t, ttl+3*time.Second, "lost leadership")
+	for n, _ := a.logged("lost leadership"); n == before; n, _ = a.logged("lost leadership") {
+		if time.Since(cutAt) > ttl+3*time.Second {
+			t.Fatalf("A did not step down within %v of the partition", ttl+3*time.Second)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	lostAt := time.Now()
 	select {
 	case <-log.bFirst:
