@@ -33,6 +33,10 @@ const (
 	DefaultLockKey = contract.LeaderKey
 	// DefaultRequestTimeout bounds a non-blocking Consul call.
 	DefaultRequestTimeout = 10 * time.Second
+	// DefaultLeaseMargin is taken off the leader's lease (see
+	// Leader.Lease): room for the time between the lease check and the
+	// write it guards, and for clocks that run at slightly different rates.
+	DefaultLeaseMargin = 2 * time.Second
 )
 
 // Errors callers test with errors.Is.
@@ -81,6 +85,11 @@ type Config struct {
 	// call fail instead of hanging the round. A blocking Watch is bounded
 	// by its wait plus RequestTimeout. Default 10s.
 	RequestTimeout time.Duration
+	// LeaseMargin is taken off the leader's lease: Leader.Lease ends
+	// SessionTTL − LeaseMargin after the session's last successful renewal.
+	// Default DefaultLeaseMargin, or SessionTTL/5 if that is smaller; it
+	// must be below SessionTTL.
+	LeaseMargin time.Duration
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -102,6 +111,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.LeaseMargin == 0 {
+		c.LeaseMargin = min(DefaultLeaseMargin, c.SessionTTL/5)
 	}
 	if c.Instance == "" {
 		if h, err := os.Hostname(); err == nil && h != "" {
@@ -129,6 +141,9 @@ func (c Config) validate() error {
 	}
 	if err := checkKey(c.LockKey); err != nil {
 		errs = append(errs, fmt.Errorf("lock key: %w", err))
+	}
+	if c.LeaseMargin < 0 || c.LeaseMargin >= c.SessionTTL {
+		errs = append(errs, fmt.Errorf("lease margin %v is outside [0s, session TTL %v)", c.LeaseMargin, c.SessionTTL))
 	}
 	return errors.Join(errs...)
 }

@@ -25,10 +25,18 @@ const (
 	// monitorRetryTime is the pause between the lock monitor's retries
 	// when Consul cannot be reached.
 	monitorRetryTime = 2 * time.Second
-	// cleanupTimeout bounds the release of a lost or abandoned term.
-	cleanupTimeout = 10 * time.Second
-	// maxBackoff bounds the pause between failed acquisition attempts.
-	maxBackoff = 8 * time.Second
+	// cleanupLimit bounds the background clean-up of a lost or abandoned
+	// term. It retries until the session is destroyed or Consul says it is
+	// gone; past this limit an unrenewed session has long been invalidated
+	// by Consul itself (2×TTL after its last renewal, once Consul runs).
+	cleanupLimit = 10 * time.Minute
+	// cleanupRetryMax bounds the pause between clean-up attempts, so that
+	// a session left behind by an outage is destroyed within about this
+	// much of Consul's return.
+	cleanupRetryMax = 2 * time.Second
+	// maxBackoff bounds the pause between failed acquisition attempts: a
+	// waiting instance tries again within this much of Consul's return.
+	maxBackoff = 2 * time.Second
 	// lockDelayMargin is waited beyond the lock-delay, for the time between
 	// the invalidation and its being seen.
 	lockDelayMargin = 100 * time.Millisecond
@@ -139,6 +147,74 @@ func (l *Leader) Verify(ctx context.Context) error {
 		return fmt.Errorf("failed to verify leadership: lock %q is not held by session %s: %w", l.key, t.session, ErrNotLeader)
 	}
 	return nil
+}
+
+// Term names one leadership term of this instance.
+type Term struct {
+	// Number is the lock key's LockIndex when the term began: Consul
+	// increases it with every acquisition of the lock, so a later term
+	// always has a larger number than an earlier one (a fencing token).
+	Number uint64
+	// Session is the Consul session that holds the lock.
+	Session string
+	// Instance is the holder's instance name.
+	Instance string
+	// Key is the lock's full key.
+	Key string
+}
+
+// String renders the term as "<number>" for job meta and logs.
+func (t Term) String() string { return fmt.Sprintf("%d", t.Number) }
+
+// ErrLeaseExpired: the term's lease ran out (no renewal of the session
+// succeeded for TTL minus the lease margin), so the holder may no longer
+// act outside Consul although its term has not ended yet.
+var ErrLeaseExpired = errors.New("leader lease expired")
+
+// Term returns the term this instance holds, if any and not ended.
+func (l *Leader) Term() (Term, bool) {
+	l.mu.Lock()
+	t := l.term
+	l.mu.Unlock()
+	if t == nil || isClosed(t.lost) {
+		return Term{}, false
+	}
+	return t.info(), true
+}
+
+// Lease returns the current term and the end of its lease: the last
+// successful renewal of its session (the time the renewal was sent, or the
+// session's creation) plus the TTL, minus Config.LeaseMargin, read on the
+// monotonic clock. Consul invalidates an unrenewed session no earlier than
+// 2×TTL after its last renewal, and another instance then waits the
+// lock-delay, so an instance that acts only while its lease holds acts
+// before anyone else can hold the lock, unless it is paused between this
+// check and its action for longer than TTL + LeaseMargin + LockDelay (the
+// residual window no client-side check can close; see docs/reliability.md).
+// It returns an error wrapping ErrNotLeader when no term is held or it
+// ended, and one wrapping ErrLeaseExpired when the lease ran out.
+func (l *Leader) Lease() (Term, time.Time, error) {
+	l.mu.Lock()
+	t := l.term
+	l.mu.Unlock()
+	if t == nil || isClosed(t.lost) || !t.held.Load() {
+		return Term{}, time.Time{}, fmt.Errorf("no leader lease: %w", ErrNotLeader)
+	}
+	end := t.leaseEnd(l.c.cfg.LeaseMargin)
+	if now := time.Now(); !now.Before(end) {
+		return t.info(), end, fmt.Errorf("term %d: lease ended %v ago: %w", t.number, now.Sub(end).Round(time.Millisecond), ErrLeaseExpired)
+	}
+	return t.info(), end, nil
+}
+
+// LeaseEnd returns when the current term's lease ends (see Lease), or
+// false when no term is held.
+func (l *Leader) LeaseEnd() (time.Time, bool) {
+	_, end, err := l.Lease()
+	if errors.Is(err, ErrNotLeader) {
+		return time.Time{}, false
+	}
+	return end, true
 }
 
 // Acquire blocks until this instance holds the lock, or ctx ends. The
@@ -307,7 +383,8 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 	}
 	t.lock = lock
 	l.log.Debug("waiting for leadership", "session", id, "key", l.key)
-	if err := l.takeKey(ctx, t); err != nil {
+	number, err := l.takeKey(ctx, t)
+	if err != nil {
 		l.abandon(t, nil, "wait for the lock ended")
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -315,6 +392,7 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 		return nil, err
 	}
 	t.held.Store(true) // the key names the session: teardown must free it
+	t.number = number
 
 	stop := make(chan struct{})
 	res := make(chan lockResult, 1)
@@ -333,7 +411,7 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 		}
 		t.held.Store(true)
 		go t.watch(r.ch)
-		l.log.Info("leadership acquired", "session", id, "key", l.key, "wait", time.Since(start).Round(time.Millisecond))
+		l.log.Info("leadership acquired", "session", id, "key", l.key, "term", number, "wait", time.Since(start).Round(time.Millisecond))
 		return t, nil
 	case <-ctx.Done():
 		close(stop)
@@ -346,7 +424,8 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 	}
 }
 
-// takeKey acquires the lock key for t's session with its own loop: it
+// takeKey acquires the lock key for t's session with its own loop and
+// returns the key's LockIndex once it names the session: it
 // waits with blocking reads while another session holds the key and, when
 // the key is free, tries to acquire it; a refusal while the key is free
 // means a lock-delay is in force (a holder's session was invalidated), so
@@ -355,7 +434,7 @@ func (l *Leader) attempt(ctx context.Context) (*term, error) {
 // itself, that loop pauses a fixed 5s (api.DefaultLockRetryTime) whenever a
 // lock-delay refuses it, which would add 5s to every takeover; and its
 // blocking reads do not end with ctx, while these do.
-func (l *Leader) takeKey(ctx context.Context, t *term) error {
+func (l *Leader) takeKey(ctx context.Context, t *term) (uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -365,11 +444,11 @@ func (l *Leader) takeKey(ctx context.Context, t *term) error {
 		case <-ctx.Done():
 		}
 	}()
-	fail := func(err error) error {
+	fail := func(err error) (uint64, error) {
 		if isClosed(t.sessionLost) {
-			return errSessionLost
+			return 0, errSessionLost
 		}
-		return err
+		return 0, err
 	}
 	var index uint64
 	for {
@@ -379,10 +458,10 @@ func (l *Leader) takeKey(ctx context.Context, t *term) error {
 			return fail(fmt.Errorf("failed to read lock %q: %w", l.key, l.c.denied(err, "reading lock", l.key, false)))
 		}
 		if pair != nil && pair.Flags != api.LockFlagValue {
-			return fmt.Errorf("failed to lock %q: %w", l.key, api.ErrLockConflict)
+			return 0, fmt.Errorf("failed to lock %q: %w", l.key, api.ErrLockConflict)
 		}
 		if pair != nil && pair.Session == t.session {
-			return nil
+			return pair.LockIndex, nil
 		}
 		if pair != nil && pair.Session != "" {
 			if indexWentBack(index, meta.LastIndex) {
@@ -402,7 +481,10 @@ func (l *Leader) takeKey(ctx context.Context, t *term) error {
 			return fail(fmt.Errorf("failed to acquire lock %q: %w", l.key, l.c.denied(err, "acquiring lock", l.key, true)))
 		}
 		if ok {
-			return nil
+			// Read the term's number (the key's LockIndex) back; the next
+			// loop finds the key held by this session and returns it.
+			index = 0
+			continue
 		}
 		// Refused: someone else was quicker, or a lock-delay is in force.
 		pair, meta, err = l.c.kv.Get(l.key, (&api.QueryOptions{}).WithContext(ctx))
@@ -460,6 +542,14 @@ type term struct {
 	session string
 	lock    *api.Lock
 	held    atomic.Bool
+	// number is the lock's LockIndex when the term began.
+	number uint64
+
+	// leaseMu guards renewed and ttl: when the last successful renewal
+	// was sent (monotonic clock) and the TTL Consul granted.
+	leaseMu sync.Mutex
+	renewed time.Time
+	ttl     time.Duration
 
 	stopRenew   context.CancelFunc
 	renewDone   chan struct{}
@@ -484,6 +574,8 @@ func newTerm(l *Leader, id string, ttl time.Duration, created time.Time) *term {
 		sessionLost: make(chan struct{}),
 		lost:        make(chan struct{}),
 		done:        make(chan struct{}),
+		renewed:     created,
+		ttl:         ttl,
 	}
 	go t.renew(ctx, ttl, created)
 	return t
@@ -523,6 +615,9 @@ func (t *term) renew(ctx context.Context, ttl time.Duration, last time.Time) {
 				ttl = d
 				wait = ttl / 2
 			}
+			t.leaseMu.Lock()
+			t.renewed, t.ttl = sent, ttl
+			t.leaseMu.Unlock()
 		default:
 			left := time.Until(last.Add(ttl))
 			if left <= 0 {
@@ -534,6 +629,18 @@ func (t *term) renew(ctx context.Context, ttl time.Duration, last time.Time) {
 		}
 		timer.Reset(wait)
 	}
+}
+
+// info describes the term.
+func (t *term) info() Term {
+	return Term{Number: t.number, Session: t.session, Instance: t.l.c.cfg.Instance, Key: t.l.key}
+}
+
+// leaseEnd is the last successful renewal plus the TTL minus margin.
+func (t *term) leaseEnd(margin time.Duration) time.Time {
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	return t.renewed.Add(t.ttl - margin)
 }
 
 // loseSession records that the session cannot be kept.
@@ -560,9 +667,12 @@ func (t *term) watch(lockLost <-chan struct{}) {
 	t.cleanup(reason)
 }
 
-// cleanup tears the term down in the background's own time.
+// cleanup tears the term down in the background: it retries until the
+// session is destroyed or Consul says it is gone (within cleanupLimit), so
+// that a session left over from an outage does not keep the lock once
+// Consul answers again.
 func (t *term) cleanup(reason string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupLimit)
 	defer cancel()
 	if err := t.teardown(ctx, reason); err != nil {
 		t.log.Warn("failed to clean up leader session", "error", err)
@@ -596,22 +706,15 @@ func (t *term) unlock(ctx context.Context) error {
 }
 
 // teardown ends the term once: closes lost, unlocks the key if held, stops
-// renewing and destroys the session. Later calls wait for the first.
+// renewing and destroys the session, retrying (with pauses of up to
+// cleanupRetryMax) until the session is destroyed or gone, or ctx ends.
+// Later calls wait for the first.
 func (t *term) teardown(ctx context.Context, reason string) error {
 	t.once.Do(func() {
 		close(t.lost)
-		var errs []error
-		if t.held.Load() {
-			if err := t.unlock(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("failed to unlock %q: %w", t.l.key, err))
-			}
-		}
 		t.stopRenew()
 		<-t.renewDone
-		if _, err := t.l.c.api.Session().Destroy(t.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-			errs = append(errs, fmt.Errorf("failed to destroy session %s: %w", t.session, err))
-		}
-		t.err = errors.Join(errs...)
+		t.err = t.retryRelease(ctx)
 		if t.held.Load() {
 			t.log.Info("leadership ended", "reason", reason)
 		} else {
@@ -625,4 +728,55 @@ func (t *term) teardown(ctx context.Context, reason string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// retryRelease unlocks the key (if held) and destroys the session until
+// both succeed or the session is gone, or ctx ends.
+func (t *term) retryRelease(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := t.releaseOnce(ctx)
+		if err == nil {
+			if attempt > 1 {
+				t.log.Info("leader session cleaned up", "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		t.log.Warn("failed to clean up leader session; retrying", "error", err, "attempt", attempt, "backoff", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, cleanupRetryMax)
+	}
+}
+
+// releaseOnce makes one attempt at unlocking and destroying the session.
+// The attempt succeeds once the session is destroyed or Consul no longer
+// knows it: with behaviour "release" its end frees the key (after the
+// lock-delay, which only an unlock avoids).
+func (t *term) releaseOnce(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, t.l.c.cfg.RequestTimeout)
+	defer cancel()
+	var unlockErr error
+	if t.held.Load() {
+		if unlockErr = t.unlock(rctx); unlockErr != nil {
+			unlockErr = fmt.Errorf("failed to unlock %q: %w", t.l.key, unlockErr)
+		}
+	}
+	_, err := t.l.c.api.Session().Destroy(t.session, (&api.WriteOptions{}).WithContext(rctx))
+	if err == nil {
+		if unlockErr != nil {
+			t.log.Debug("session destroyed; the key is freed after the lock-delay", "error", unlockErr)
+		}
+		return nil
+	}
+	if entry, _, ierr := t.l.c.api.Session().Info(t.session, (&api.QueryOptions{}).WithContext(rctx)); ierr == nil && entry == nil {
+		return nil
+	}
+	return errors.Join(unlockErr, fmt.Errorf("failed to destroy session %s: %w", t.session, err))
 }

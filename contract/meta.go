@@ -56,6 +56,12 @@ const (
 	MetaPlacement = "pollux_placement"
 	// MetaRound is the scheduling round that produced the allocation.
 	MetaRound = "pollux_round"
+	// MetaTerm is the leadership term of the controller that wrote the
+	// job version: the leader lock's acquisition count (Consul's
+	// LockIndex), larger for every later term, so that each version says
+	// which leader wrote it. The Nomad adapter sets it with each
+	// registration under a lease, beside the decision's keys.
+	MetaTerm = "pollux_term"
 	// MetaSubmitTime is the job's first submission time, RFC 3339 (job
 	// meta, written once, with the first reallocation).
 	MetaSubmitTime = "pollux_submit_time"

@@ -107,6 +107,7 @@ func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
 	if e.agentDebug {
 		args = append(args, "-enable-debug")
 	}
+	args = append(args, e.agentArgs...)
 	cmd := exec.Command(polluxBinary(t), args...)
 	cmd.Env = os.Environ()
 	if e.agentEnv != nil {

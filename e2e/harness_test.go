@@ -39,6 +39,8 @@ type env struct {
 	agentEnv []string
 	// agentDebug starts agents with -enable-debug (the profiler).
 	agentDebug bool
+	// agentArgs are added to every agent's command line.
+	agentArgs []string
 	// tc is the dedicated cluster, if the test started one.
 	tc *testCluster
 }

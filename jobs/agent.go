@@ -203,16 +203,7 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 			o.Telemetry.SetLeader(true)
 		}
 		o.Controller.TakeOver(ctx)
-		leadCtx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-lost:
-				cancel()
-			case <-leadCtx.Done():
-			}
-		}()
-		runRounds(leadCtx, o, log, wake)
-		cancel()
+		leadTerm(ctx, o, log, wake, lost)
 		if o.Telemetry != nil {
 			o.Telemetry.SetLeader(false)
 		}
@@ -223,17 +214,103 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 	return nil
 }
 
+// leadTerm runs rounds until the term ends (lost is closed) or ctx ends.
+// With a Leased leadership, rounds stop when the lease ends unrenewed; if
+// a renewal then succeeds before the term ends (a slow answer of Consul),
+// they resume in the same term.
+func leadTerm(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}, lost <-chan struct{}) {
+	leased, hasLease := o.Leadership.(Leased)
+	for ctx.Err() == nil {
+		leadCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lost:
+				cancel()
+			case <-leadCtx.Done():
+			}
+		}()
+		if hasLease {
+			go watchLease(leadCtx, leased, cancel, log)
+		}
+		runRounds(leadCtx, o, log, wake)
+		cancel()
+		if !hasLease || !awaitLease(ctx, o.Clock, leased, lost) {
+			return
+		}
+		log.Info("leader lease renewed; resuming rounds")
+	}
+}
+
+// awaitLease waits, after the lease ended, until it holds again (true) or
+// the term or ctx ends (false).
+func awaitLease(ctx context.Context, clock Clock, l Leased, lost <-chan struct{}) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-lost:
+			return false
+		default:
+		}
+		if end, ok := l.LeaseEnd(); !ok {
+			return false
+		} else if time.Now().Before(end) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-lost:
+			return false
+		case <-clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Leased is implemented by a Leadership whose terms hold a lease
+// (consul.Leader): LeaseEnd returns when the current term's lease ends, or
+// false when no term is held. The agent stops the term's rounds the moment
+// the lease ends without having been renewed, before the term itself is
+// found over.
+type Leased interface {
+	LeaseEnd() (time.Time, bool)
+}
+
+// watchLease cancels the term's rounds (stop) once its lease has ended.
+func watchLease(ctx context.Context, l Leased, stop context.CancelFunc, log hclog.Logger) {
+	for {
+		end, ok := l.LeaseEnd()
+		if !ok || !time.Now().Before(end) {
+			log.Warn("leader lease ended; stopping the round")
+			stop()
+			return
+		}
+		t := time.NewTimer(time.Until(end))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // runRounds runs a round now and then every interval (or when a new job
 // appears, but at most every few seconds) until ctx ends.
 func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) {
 	for ctx.Err() == nil {
 		st, err := o.Controller.Round(ctx, true)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		switch {
+		case ctx.Err() != nil:
+			// The term ended (or the agent stops) during the round: what
+			// it did not write is left to the next leader.
+			if st != nil {
+				log.Warn("round interrupted: leadership ended", "round", st.Round)
 			}
+			return
+		case err != nil:
 			log.Error("round failed", "error", err)
-		} else {
+		default:
 			log.Info("round done", "round", st.Round, "jobs", len(st.Jobs), "conflicts", st.Conflicts, "total_ms", st.Timings["total"],
 				"snapshot_ms", st.Timings["snapshot"], "fit_ms", st.Timings["fit"], "optimize_ms", st.Timings["optimize"], "apply_ms", st.Timings["apply"])
 			if o.OnRound != nil {

@@ -55,6 +55,11 @@ type Job struct {
 	// Running is what Nomad actually placed: the GPUs held by the job's
 	// pending or running allocations, per node, in rank order.
 	Running []NodeGPUs
+	// Started is when the newest of the allocations in Running was created
+	// by the scheduler (zero if none, or if the cluster does not say): the
+	// start of a restart the controller measures, independent of when the
+	// controller itself recorded or made the write.
+	Started time.Time
 	// Problem, if not empty, says why the job's spec cannot be managed
 	// (no worker group, several groups and no pollux_group, no device
 	// request of the configured type, ...). The controller skips the job.

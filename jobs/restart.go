@@ -8,7 +8,7 @@ import (
 	"github.com/pollux-nomad/pollux/results"
 )
 
-// Restart times (issue 13): the controller measures how long each job
+// Restart times: the controller measures how long each job
 // makes no progress after it writes a new allocation, from that write to
 // the job's first training step on it, and hands the median of the last
 // few measurements to the policy (policy.Job.RestartTime) in place of the
@@ -21,15 +21,26 @@ func openRestart(s *State, alloc []string) {
 	s.RestartProgress = s.Progress
 }
 
-// observeRestart takes a newly read, valid metrics document of a job: it
-// logs an invalid restart object (ParseMetrics dropped it), and closes an
-// open measurement when the document shows the first step after the
-// write. The worker's restart object, when its first step is newer than
-// the write, gives the time of that step (and a lower bound, its own
-// restore time); otherwise the first document written after the write
-// whose progress differs from the progress at the write gives an upper
-// bound (the reporter writes at most once per its interval).
+// observeRestart is observeRestartAt without the allocation's start.
 func (c *Controller) observeRestart(ref JobRef, s *State, doc *contract.Metrics) {
+	c.observeRestartAt(ref, s, doc, time.Time{})
+}
+
+// observeRestartAt takes a newly read, valid metrics document of a job
+// whose newest allocation the scheduler created at started (Job.Started;
+// zero if unknown): it logs an invalid restart object (ParseMetrics
+// dropped it), and closes an open measurement when the document shows the
+// first step after the write. The measurement starts at restartFrom: the
+// later of the write's record and the allocation's creation, so that a
+// pause of the controller between recording a write and making it (or a
+// new leader completing the bookkeeping of an interrupted write) is not
+// counted as the job's restart. The worker's restart object, when its
+// first step is newer than that start, gives the time of that step (and a
+// lower bound, its own restore time); otherwise the first document written
+// after the start whose progress differs from the progress at the write
+// gives an upper bound (the reporter writes at most once per its
+// interval).
+func (c *Controller) observeRestartAt(ref JobRef, s *State, doc *contract.Metrics, started time.Time) {
 	if doc.RestartErr != nil {
 		c.log.Warn("ignoring the metrics document's restart object", "job_id", ref.String(), "error", doc.RestartErr)
 	}
@@ -37,12 +48,13 @@ func (c *Controller) observeRestart(ref JobRef, s *State, doc *contract.Metrics)
 	if !s.RestartOpen || s.AppliedAt.IsZero() {
 		return
 	}
+	from := restartFrom(s, started)
 	var sample float64
 	switch r := doc.Restart; {
-	case r != nil && r.At.After(s.AppliedAt):
-		sample = max(r.At.Sub(s.AppliedAt).Seconds(), r.RestoreTime)
-	case r == nil && doc.Timestamp.After(s.AppliedAt) && doc.Progress != s.RestartProgress:
-		sample = doc.Timestamp.Sub(s.AppliedAt).Seconds()
+	case r != nil && r.At.After(from):
+		sample = max(r.At.Sub(from).Seconds(), r.RestoreTime)
+	case r == nil && doc.Timestamp.After(from) && doc.Progress != s.RestartProgress:
+		sample = doc.Timestamp.Sub(from).Seconds()
 	default:
 		return // the restart object, if any, is the previous start's
 	}
@@ -53,6 +65,17 @@ func (c *Controller) observeRestart(ref JobRef, s *State, doc *contract.Metrics)
 	}
 	s.RestartOpen = false
 	c.log.Info("measured a restart", "job_id", ref.String(), "restart_s", sample, "estimate_s", results.Quantile(s.RestartSamples, 0.5))
+}
+
+// restartFrom is when a restart's measurement starts: the write's time as
+// recorded (s.AppliedAt), or, when the job's newest allocation was created
+// later (the write was made after it was recorded, the controller having
+// been paused in between), that creation.
+func restartFrom(s *State, started time.Time) time.Time {
+	if started.After(s.AppliedAt) {
+		return started
+	}
+	return s.AppliedAt
 }
 
 // restartTime is the job's restart time for the policy: the median of its

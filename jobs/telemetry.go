@@ -41,6 +41,7 @@ type Telemetry struct {
 	jobs      *prometheus.GaugeVec
 	jobGPUs   *prometheus.GaugeVec
 	gpus      prometheus.Gauge
+	fenced    *prometheus.CounterVec
 
 	mu sync.Mutex
 	// decided holds the jobs given GPUs (setJobGPUs) since the last
@@ -83,9 +84,13 @@ func NewTelemetry() *Telemetry {
 		gpus: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pollux_cluster_gpus", Help: "GPUs the last round could hand to Pollux jobs (healthy, not held by other jobs).",
 		}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pollux_fence_refused_total",
+			Help: "Writes refused because this instance's leadership term was over: by target (consul, nomad) and reason.",
+		}, []string{"target", "reason"}),
 		decided: map[string]bool{}, gpuJobs: map[string]bool{}, states: map[string]bool{},
 	}
-	t.reg.MustRegister(t.rounds, t.leader, t.conflicts, t.errors, t.phase, t.lastPhase, t.jobs, t.jobGPUs, t.gpus,
+	t.reg.MustRegister(t.rounds, t.leader, t.conflicts, t.errors, t.phase, t.lastPhase, t.jobs, t.jobGPUs, t.gpus, t.fenced,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return t
 }
@@ -106,6 +111,12 @@ func (t *Telemetry) setJobGPUs(job string, gpus int) {
 	defer t.mu.Unlock()
 	t.jobGPUs.WithLabelValues(job).Set(float64(gpus))
 	t.decided[job], t.gpuJobs[job] = true, true
+}
+
+// FenceRefused counts one write refused by a fence: target is the store
+// ("consul", "nomad"), reason why (no term, lease expired, session check).
+func (t *Telemetry) FenceRefused(target, reason string) {
+	t.fenced.WithLabelValues(target, reason).Inc()
 }
 
 // SetLeader records whether this instance leads.

@@ -56,7 +56,18 @@ type Config struct {
 	// call instead of hanging the round. A blocking ListJobs is bounded by
 	// its wait plus RequestTimeout. Default 15s.
 	RequestTimeout time.Duration
+	// Lease, if set, is asked right before each registration Apply makes
+	// (after every read the write needs, as late as the client can): the
+	// job is registered only if it returns no error, with job meta
+	// pollux_term set to the term it names, and with the request's context
+	// ending at the lease's end. It is how a leader that was paused or cut
+	// off refrains from changing jobs once another may lead (see
+	// consul.Leader.Lease). Nil: no check (single-instance tools).
+	Lease func() (term string, end time.Time, err error)
 }
+
+// ErrNoLease: Apply did not register a job because Config.Lease refused.
+var ErrNoLease = errors.New("no leader lease")
 
 // DefaultRequestTimeout is Config.RequestTimeout's default.
 const DefaultRequestTimeout = 15 * time.Second
@@ -79,6 +90,7 @@ type Client struct {
 	// parked and queued count the jobs ReadParked and ReadQueued
 	// described from the list alone.
 	parked, queued atomic.Int64
+
 	// typeMu guards src and models: the GPU type source and each node's
 	// model name read from its meta or attributes, by node ID, kept while
 	// the node's ModifyIndex stays the same.
@@ -378,7 +390,7 @@ func (c *Client) read(ctx context.Context, ref jobs.JobRef, cached bool) (jobs.J
 		j.Placement = specPlacement(job, g, c.dev)
 		j.Unshaped = len(j.Placement) == 0 && g.Meta[contract.MetaNode] == "" && count(g) >= 1
 	}
-	if j.Running, err = c.running(ctx, ref, job, cached); err != nil {
+	if j.Running, j.Started, err = c.running(ctx, ref, job, cached); err != nil {
 		return jobs.Job{}, err
 	}
 	return j, nil
@@ -457,8 +469,9 @@ var allocIndex = regexp.MustCompile(`\[(\d+)\]$`)
 // running, desired to run: a pending allocation already holds its devices), per node,
 // nodes ordered by their group's rank (then allocation index, then ID).
 // With shared, the allocations come from the listing shared by a round's
-// reads (placedAllocs), else from a listing of the job's own.
-func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, shared bool) (_ []jobs.NodeGPUs, err error) {
+// reads (placedAllocs), else from a listing of the job's own. It also
+// returns when the newest of those allocations was created (zero if none).
+func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, shared bool) (_ []jobs.NodeGPUs, started time.Time, err error) {
 	var allocs []*api.AllocationListStub
 	if shared {
 		allocs, err = c.placedAllocs(ctx, ref)
@@ -466,7 +479,7 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, sha
 		allocs, err = c.jobAllocs(ctx, ref)
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	const unranked = 1 << 30
 	rank := map[string]int{}
@@ -485,10 +498,13 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, sha
 		}
 		n, err := c.allocDevices(ctx, a)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if n == 0 {
 			continue
+		}
+		if t := time.Unix(0, a.CreateTime); a.CreateTime > 0 && t.After(started) {
+			started = t
 		}
 		k := key{unranked, unranked}
 		if r, ok := rank[a.TaskGroup]; ok {
@@ -511,9 +527,9 @@ func (c *Client) running(ctx context.Context, ref jobs.JobRef, job *api.Job, sha
 		return cmp.Or(cmp.Compare(ka.rank, kb.rank), cmp.Compare(ka.index, kb.index), cmp.Compare(a.Node, b.Node))
 	})
 	if len(out) == 0 {
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
-	return out, nil
+	return out, started.UTC(), nil
 }
 
 // allocDevices counts the distinct device IDs of the configured type an
@@ -758,6 +774,17 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	maps.Copy(job.Meta, ch.Meta)
 	job.Meta[contract.MetaEnabled] = "true"
 
+	if c.cfg.Lease != nil {
+		term, end, err := c.cfg.Lease()
+		if err != nil {
+			log.Warn("not registering the job: no leader lease", "error", err)
+			return 0, fmt.Errorf("failed to apply change to job %s: %w: %w", ref, ErrNoLease, err)
+		}
+		job.Meta[contract.MetaTerm] = term
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, end)
+		defer cancel()
+	}
 	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: ch.JobModifyIndex}
 	w := (&api.WriteOptions{Namespace: ref.Namespace}).WithContext(ctx)
 	resp, _, err := c.api.Jobs().RegisterOpts(job, opts, w)

@@ -38,6 +38,16 @@
 # Both are recorded in <dir>/secure at `up`, so later commands (start,
 # status, down) need not repeat them.
 #
+# CLUSTER_SERVERS=3 (default 1; 1, 3 or 5) runs that many Consul servers and
+# that many Nomad servers, a production-shaped control plane whose leaders
+# the reliability tests kill: agents consul, consul-2, consul-3 and
+# nomad-server, nomad-server-2, nomad-server-3 (Consul then keeps its data
+# on disk, as with POLLUX_CONSUL_DEV=0). NOMAD_ADDR and CONSUL_HTTP_ADDR name
+# the first server of each; <dir>/env also exports POLLUX_CONSUL_ADDRS and
+# POLLUX_NOMAD_ADDRS, every server's HTTP address, comma-separated. Consul
+# accepts session TTLs from 1s (session_ttl_min), for tests that run leader
+# sessions shorter than the default 10s.
+#
 # One Consul dev agent, one Nomad server and NOMAD_CLIENTS Nomad clients
 # (default 2), each its own process with its own data dir, ports and node name
 # (client-1, client-2, ...). Every client has POLLUX_GPUS_PER_CLIENT (default
@@ -76,6 +86,10 @@ gpus=${POLLUX_GPUS_PER_CLIENT:-4}
 off=${POLLUX_PORT_OFFSET:-11000}
 ready_timeout=${POLLUX_CLUSTER_TIMEOUT:-90}
 consul_dev=${POLLUX_CONSUL_DEV:-1}
+servers=${CLUSTER_SERVERS:-1}
+if [ -f "$dir/servers" ]; then servers=$(cat "$dir/servers"); fi
+case "$servers" in 1 | 3 | 5) ;; *) echo "cluster: error: CLUSTER_SERVERS=$servers: want 1, 3 or 5" >&2; exit 1 ;; esac
+if [ "$servers" -gt 1 ]; then consul_dev=0; fi
 gpu_types=${POLLUX_GPU_TYPES:-}
 docker=${POLLUX_DOCKER:-0}
 device=nomad/file/mock
@@ -109,6 +123,31 @@ client_gpu_type() {
   printf '%s' "${types[$i]}"
 }
 client_port() { echo $((5000 + off + 10 * $1 + $2)); } # client_port I K: K=0 http, 1 rpc, 2 serf
+# consul_port I K: Consul server I's port K (0 http, 1 server, 2 serf_lan,
+# 3 serf_wan); server 1 has the usual ones.
+consul_port() {
+  if [ "$1" = 1 ]; then
+    case "$2" in 0) echo "$consul_http" ;; 1) echo "$consul_server" ;; 2) echo "$consul_serf_lan" ;; 3) echo "$consul_serf_wan" ;; esac
+  else
+    echo $((8400 + off + 10 * $1 + $2))
+  fi
+}
+# nomad_port I K: Nomad server I's port K (0 http, 1 rpc, 2 serf).
+nomad_port() {
+  if [ "$1" = 1 ]; then
+    case "$2" in 0) echo "$nomad_http" ;; 1) echo "$nomad_rpc" ;; 2) echo "$nomad_serf" ;; esac
+  else
+    echo $((4600 + off + 10 * $1 + $2))
+  fi
+}
+# server_index NAME: the server number of consul[-I] or nomad-server[-I].
+server_index() {
+  case "$1" in
+    consul | nomad-server) echo 1 ;;
+    consul-[0-9]*) echo "${1#consul-}" ;;
+    nomad-server-[0-9]*) echo "${1#nomad-server-}" ;;
+  esac
+}
 
 log() { echo "cluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -148,9 +187,11 @@ agent_alive() {
 }
 
 agents() {
-  echo consul
-  echo nomad-server
   local i
+  echo consul
+  for i in $(seq 2 "$servers"); do echo "consul-$i"; done
+  echo nomad-server
+  for i in $(seq 2 "$servers"); do echo "nomad-server-$i"; done
   for i in $(seq 1 "$(cat "$dir/clients" 2>/dev/null || echo "$clients")"); do echo "client-$i"; done
 }
 
@@ -268,6 +309,16 @@ get() {
 
 consul_leader() { [ -n "$(get "$(consul_addr)/v1/status/leader" 2>/dev/null | tr -d '"')" ]; }
 nomad_leader() { [ -n "$(get "$(nomad_addr)/v1/status/leader" 2>/dev/null | tr -d '"')" ]; }
+# server_leader NAME: server NAME (consul-I, nomad-server-I) answers and
+# knows a leader.
+server_leader() {
+  local i
+  i=$(server_index "$1")
+  case "$1" in
+    consul*) [ -n "$(get "$(scheme)://127.0.0.1:$(consul_port "$i" 0)/v1/status/leader" 2>/dev/null | tr -d '"')" ] ;;
+    nomad-server*) [ -n "$(get "$(scheme)://127.0.0.1:$(nomad_port "$i" 0)/v1/status/leader" 2>/dev/null | tr -d '"')" ] ;;
+  esac
+}
 
 # consul_ready: a leader, and with ACLs the management token works (Consul
 # creates it only after it became leader).
@@ -332,10 +383,18 @@ fail() {
 # --- configuration -----------------------------------------------------------
 
 write_configs() {
-  cat >"$dir/nomad-server.hcl" <<EOF
+  local i j join="" rpcs=""
+  for j in $(seq 1 "$servers"); do
+    join+="${join:+, }\"127.0.0.1:$(nomad_port "$j" 2)\""
+    rpcs+="${rpcs:+, }\"127.0.0.1:$(nomad_port "$j" 1)\""
+  done
+  for i in $(seq 1 "$servers"); do
+    local name=nomad-server
+    [ "$i" = 1 ] || name=nomad-server-$i
+    cat >"$dir/$name.hcl" <<EOF
 disable_update_check = true
-name      = "server-1"
-data_dir  = "$dir/nomad-server"
+name      = "server-$i"
+data_dir  = "$dir/$name"
 bind_addr = "127.0.0.1"
 log_level = "INFO"
 advertise {
@@ -344,17 +403,21 @@ advertise {
   serf = "127.0.0.1"
 }
 ports {
-  http = $nomad_http
-  rpc  = $nomad_rpc
-  serf = $nomad_serf
+  http = $(nomad_port "$i" 0)
+  rpc  = $(nomad_port "$i" 1)
+  serf = $(nomad_port "$i" 2)
 }
 server {
   enabled          = true
-  bootstrap_expect = 1
+  bootstrap_expect = $servers
   # After a server (re)start Nomad gives every client this long to
   # heartbeat again before marking it down (default 5m); a test that kills
   # a client right after restarting the server should not wait that long.
   failover_heartbeat_ttl = "20s"
+  server_join {
+    retry_join     = [$join]
+    retry_interval = "1s"
+  }
 }
 # Every test process and agent talks from 127.0.0.1: allow more than the
 # default 100 connections per client address.
@@ -367,7 +430,8 @@ consul {
   client_auto_join = false
 }
 EOF
-  local i meta gtype denylist="docker,qemu,java,exec,podman" extra=""
+  done
+  local meta gtype denylist="docker,qemu,java,exec,podman" extra=""
   if [ "$docker" = 1 ]; then
     denylist="qemu,java,exec,podman"
     mkdir -p "$dir/checkpoints"
@@ -403,7 +467,7 @@ ports {
 }
 client {
   enabled           = true
-  servers           = ["127.0.0.1:$nomad_rpc"]
+  servers           = [$rpcs]
   network_interface = "lo"
   options {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
@@ -555,27 +619,37 @@ secure_config() { if [ -f "$dir/nomad-secure.hcl" ]; then echo "-config $dir/nom
 # launch AGENT: start one agent of the cluster with its configuration.
 launch() {
   case "$1" in
-    consul)
-      local mode=(-dev)
+    consul | consul-[0-9]*)
+      local ci name=$1 mode=(-dev)
+      ci=$(server_index "$1")
       if [ "$(cat "$dir/consul-dev" 2>/dev/null || echo 1)" = 0 ]; then
-        mkdir -p "$dir/consul-data"
-        mode=(-server -bootstrap-expect 1 -data-dir "$dir/consul-data" -ui=false)
+        mkdir -p "$dir/$name-data"
+        mode=(-server -bootstrap-expect "$servers" -data-dir "$dir/$name-data" -ui=false)
+        local j
+        for j in $(seq 1 "$servers"); do
+          [ "$j" = "$ci" ] || mode+=(-retry-join "127.0.0.1:$(consul_port "$j" 2)" -retry-interval 1s)
+        done
       fi
-      local ports="http = $consul_http"
+      local ports="http = $(consul_port "$ci" 0)"
       if [ -f "$dir/consul.hcl" ]; then
         mode+=(-config-file "$dir/consul.hcl")
         # TLS: HTTPS only, on the port HTTP would have.
-        if [ "$tls" = 1 ]; then ports="http = -1, https = $consul_http"; fi
+        if [ "$tls" = 1 ]; then ports="http = -1, https = $(consul_port "$ci" 0)"; fi
       fi
-      log "starting consul on $(consul_addr) (${mode[*]})"
-      start consul "$dir/consul" "$bin/consul" agent "${mode[@]}" -node pollux-consul \
+      local node=pollux-consul
+      [ "$ci" = 1 ] || node=pollux-consul-$ci
+      mkdir -p "$dir/$name"
+      log "starting $name on $(scheme)://127.0.0.1:$(consul_port "$ci" 0) (${mode[*]})"
+      start "$name" "$dir/$name" "$bin/consul" agent "${mode[@]}" -node "$node" \
         -bind 127.0.0.1 -client 127.0.0.1 \
         -hcl 'disable_update_check = true' \
-        -hcl "ports { $ports, server = $consul_server, serf_lan = $consul_serf_lan, serf_wan = $consul_serf_wan, dns = -1, grpc = -1, grpc_tls = -1 }"
+        -hcl 'session_ttl_min = "1s"' \
+        -hcl "ports { $ports, server = $(consul_port "$ci" 1), serf_lan = $(consul_port "$ci" 2), serf_wan = $(consul_port "$ci" 3), dns = -1, grpc = -1, grpc_tls = -1 }"
       ;;
-    nomad-server)
-      log "starting nomad server on $(nomad_addr)"
-      start nomad-server "$dir/nomad-server" "$bin/nomad" agent -config "$dir/nomad-server.hcl" $(secure_config)
+    nomad-server | nomad-server-[0-9]*)
+      mkdir -p "$dir/$1"
+      log "starting $1 on $(scheme)://127.0.0.1:$(nomad_port "$(server_index "$1")" 0)"
+      start "$1" "$dir/$1" "$bin/nomad" agent -config "$dir/$1.hcl" $(secure_config)
       ;;
     client-[0-9]*)
       local i=${1#client-}
@@ -583,7 +657,7 @@ launch() {
       log "starting nomad $1 (http 127.0.0.1:$(client_port "$i" 0), $gpus x $device in $dir/gpus-$i)"
       start "$1" "$dir/$1" "$bin/nomad" agent -config "$dir/$1.hcl" $(secure_config)
       ;;
-    *) die "unknown agent $1 (consul, nomad-server or client-<i>)" ;;
+    *) die "unknown agent $1 (consul[-<i>], nomad-server[-<i>] or client-<i>)" ;;
   esac
 }
 
@@ -593,7 +667,9 @@ wait_ready() {
   start_time=${start_time:-$SECONDS}
   case "$1" in
     consul) wait_for "a consul leader" consul consul_ready ;;
+    consul-*) wait_for "$1 to know a consul leader" "$1" server_leader "$1" ;;
     nomad-server) wait_for "a nomad leader" nomad-server nomad_leader ;;
+    nomad-server-*) wait_for "$1 to know a nomad leader" "$1" server_leader "$1" ;;
     client-*) wait_for "$1 to be ready with $gpus healthy $device" "$1" client_ready "$1" ;;
   esac
 }
@@ -633,8 +709,8 @@ do_fault() {
       # A killed agent's ports can stay busy for a few seconds.
       local deadline=$((SECONDS + 30)) p ports=()
       case "$name" in
-        consul) ports=("$consul_http" "$consul_server") ;;
-        nomad-server) ports=("$nomad_http" "$nomad_rpc") ;;
+        consul*) ports=("$(consul_port "$(server_index "$name")" 0)" "$(consul_port "$(server_index "$name")" 1)") ;;
+        nomad-server*) ports=("$(nomad_port "$(server_index "$name")" 0)" "$(nomad_port "$(server_index "$name")" 1)") ;;
         client-*) ports=("$(client_port "${name#client-}" 0)" "$(client_port "${name#client-}" 1)") ;;
       esac
       for p in "${ports[@]}"; do
@@ -692,8 +768,10 @@ do_up() {
   command -v jq >/dev/null || die "jq is required"
   command -v curl >/dev/null || die "curl is required"
   local p i
-  for p in $consul_http $consul_server $consul_serf_lan $consul_serf_wan $nomad_http $nomad_rpc $nomad_serf; do
-    port_busy "$p" && die "port $p on 127.0.0.1 is in use (set POLLUX_PORT_OFFSET to use other ports)"
+  for i in $(seq 1 "$servers"); do
+    for p in $(consul_port "$i" 0) $(consul_port "$i" 1) $(consul_port "$i" 2) $(consul_port "$i" 3) $(nomad_port "$i" 0) $(nomad_port "$i" 1) $(nomad_port "$i" 2); do
+      port_busy "$p" && die "port $p on 127.0.0.1 is in use (set POLLUX_PORT_OFFSET to use other ports)"
+    done
   done
   for i in $(seq 1 "$clients"); do
     for p in $(client_port "$i" 0) $(client_port "$i" 1) $(client_port "$i" 2); do
@@ -702,8 +780,9 @@ do_up() {
   done
 
   start_time=$SECONDS
-  mkdir -p "$dir/logs" "$dir/pids" "$dir/consul" "$dir/nomad-server"
+  mkdir -p "$dir/logs" "$dir/pids"
   echo "$clients" >"$dir/clients"
+  echo "$servers" >"$dir/servers"
   for i in $(seq 1 "$clients"); do
     mkdir -p "$dir/client-$i" "$dir/gpus-$i"
     for p in $(seq 0 $((gpus - 1))); do : >"$dir/gpus-$i/gpu-$i-$p"; done
@@ -722,8 +801,10 @@ do_up() {
 
   echo "$consul_dev" >"$dir/consul-dev"
   launch consul
+  for i in $(seq 2 "$servers"); do launch "consul-$i"; done
   wait_ready consul
   launch nomad-server
+  for i in $(seq 2 "$servers"); do launch "nomad-server-$i"; done
   for i in $(seq 1 "$clients"); do launch "client-$i"; done
   wait_ready nomad-server
   if [ "$acl" = 1 ]; then wait_for "nomad acl bootstrap" nomad-server nomad_acl_ready; fi
@@ -734,6 +815,15 @@ export NOMAD_ADDR=$(nomad_addr)
 export CONSUL_HTTP_ADDR=127.0.0.1:$consul_http
 export POLLUX_DEVICE=$device
 export POLLUX_CLUSTER_DIR=$dir
+EOF
+  local caddrs="" naddrs=""
+  for i in $(seq 1 "$servers"); do
+    caddrs+="${caddrs:+,}127.0.0.1:$(consul_port "$i" 0)"
+    naddrs+="${naddrs:+,}$(scheme)://127.0.0.1:$(nomad_port "$i" 0)"
+  done
+  cat >>"$dir/env" <<EOF
+export POLLUX_CONSUL_ADDRS=$caddrs
+export POLLUX_NOMAD_ADDRS=$naddrs
 EOF
   if [ -n "$gpu_types" ]; then
     echo "export POLLUX_GPU_TYPES=$gpu_types" >>"$dir/env"
@@ -751,7 +841,7 @@ export NOMAD_TOKEN=$(cat "$dir/acl/nomad-token")
 export CONSUL_HTTP_TOKEN=$(cat "$dir/acl/consul-token")
 EOF
   fi
-  log "ready in $((SECONDS - start_time))s: consul + nomad server + $clients clients x $gpus GPUs; source $dir/env"
+  log "ready in $((SECONDS - start_time))s: $servers consul + $servers nomad server(s) + $clients clients x $gpus GPUs; source $dir/env"
 }
 
 do_down() {
@@ -810,14 +900,12 @@ do_down() {
   local cl=()
   for a in $(agents | grep '^client-'); do agent_alive "$a" && cl+=("$(pid_of "$a")"); done
   [ ${#cl[@]} -eq 0 ] || { log "stopping nomad clients (${cl[*]})"; stop_pids INT 20 "${cl[@]}"; }
-  if agent_alive nomad-server; then
-    log "stopping nomad server ($(pid_of nomad-server))"
-    stop_pids TERM 20 "$(pid_of nomad-server)"
-  fi
-  if agent_alive consul; then
-    log "stopping consul ($(pid_of consul))"
-    stop_pids TERM 20 "$(pid_of consul)"
-  fi
+  local sv=()
+  for a in $(agents | grep '^nomad-server'); do agent_alive "$a" && sv+=("$(pid_of "$a")"); done
+  [ ${#sv[@]} -eq 0 ] || { log "stopping nomad server(s) (${sv[*]})"; stop_pids TERM 20 "${sv[@]}"; }
+  sv=()
+  for a in $(agents | grep '^consul'); do agent_alive "$a" && sv+=("$(pid_of "$a")"); done
+  [ ${#sv[@]} -eq 0 ] || { log "stopping consul (${sv[*]})"; stop_pids TERM 20 "${sv[@]}"; }
   # 3. Processes left behind: what the agents started, and anything whose
   #    working directory or command line is under $dir. Never by name.
   local stray sessions=()

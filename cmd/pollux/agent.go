@@ -31,6 +31,10 @@ type agentFlags struct {
 	logJSON  bool
 	logLevel string
 	debug    bool
+	// sessionTTL and lockDelay are the leader session's (0: consul's
+	// defaults).
+	sessionTTL time.Duration
+	lockDelay  time.Duration
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
@@ -42,6 +46,8 @@ func (f *agentFlags) register(fs *flag.FlagSet, withAgent bool) {
 		fs.BoolVar(&f.dryRun, "dry-run", false, "decide and publish decisions, but never change a job")
 		fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9505", "listen address for /healthz and /metrics (empty: off)")
 		fs.BoolVar(&f.debug, "enable-debug", false, "also serve Go's profiler at /debug/pprof/ on -http-addr (for profiling the agent)")
+		fs.DurationVar(&f.sessionTTL, "session-ttl", consul.DefaultSessionTTL, "TTL of the leader's Consul session: a dead leader is replaced 2-3x this after it stops (Consul's session_ttl_min must allow it)")
+		fs.DurationVar(&f.lockDelay, "lock-delay", consul.DefaultLockDelay, "lock-delay of the leader's Consul session (every instance should use the same)")
 	}
 }
 
@@ -53,9 +59,16 @@ type setup struct {
 	kv      *consul.Client
 	consul  *consulapi.Client
 	nomad   *nomadapi.Client
+	// leader is the agent's candidacy (nil for plan and status): every
+	// registration of cluster asks its lease first.
+	leader *consul.Leader
+	// refused counts the writes the fences refused (nil: not counted).
+	refused func(target, reason string)
 }
 
-func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, error) {
+// newSetup builds the adapters; with lead, also the leader candidacy, and
+// the Nomad adapter registers jobs only under its lease.
+func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer, lead bool) (*setup, error) {
 	level := hclog.LevelFromString(f.logLevel)
 	if level == hclog.NoLevel {
 		return nil, usageErr("-log-level %q: want trace, debug, info, warn or error", f.logLevel)
@@ -86,16 +99,38 @@ func newSetup(ctx context.Context, f *agentFlags, stderr io.Writer) (*setup, err
 	if err != nil {
 		return nil, fmt.Errorf("failed to create consul client (check CONSUL_HTTP_ADDR and the CONSUL_* TLS variables): %w", err)
 	}
-	cluster, err := nomad.New(nc, nomad.Config{Device: cfg.Device, NodePool: cfg.NodePool, Logger: log})
-	if err != nil {
-		return nil, err
-	}
 	instance := instanceName()
-	kv, err := consul.New(cc, consul.Config{Prefix: cfg.KVPrefix, Logger: log, Instance: instance})
+	kv, err := consul.New(cc, consul.Config{Prefix: cfg.KVPrefix, Logger: log, Instance: instance, SessionTTL: f.sessionTTL, LockDelay: f.lockDelay})
 	if err != nil {
 		return nil, err
 	}
-	return &setup{log: log, cfg: cfg, cluster: cluster, kv: kv, consul: cc, nomad: nc}, nil
+	s := &setup{log: log, cfg: cfg, kv: kv, consul: cc, nomad: nc}
+	ncfg := nomad.Config{Device: cfg.Device, NodePool: cfg.NodePool, Logger: log}
+	if lead {
+		s.leader = kv.Leader()
+		ncfg.Lease = s.lease
+	}
+	if s.cluster, err = nomad.New(nc, ncfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// lease is the Nomad adapter's check before each registration: the
+// leader's lease, its term number for the job's pollux_term.
+func (s *setup) lease() (string, time.Time, error) {
+	term, end, err := s.leader.Lease()
+	if err != nil {
+		if s.refused != nil {
+			reason := "no_term"
+			if errors.Is(err, consul.ErrLeaseExpired) {
+				reason = "lease_expired"
+			}
+			s.refused("nomad", reason)
+		}
+		return "", time.Time{}, err
+	}
+	return term.String(), end, nil
 }
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -106,13 +141,18 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	s, err := newSetup(ctx, &f, stderr)
+	s, err := newSetup(ctx, &f, stderr, true)
 	if err != nil {
 		return err
 	}
 	tel := jobs.NewTelemetry()
-	leader := s.kv.Leader()
-	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: s.kv, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify})
+	s.refused = tel.FenceRefused
+	leader := s.leader
+	// Every KV write of the controller is fenced by Consul on the leader
+	// lock, every job registration by the leader's lease.
+	fenced := leader.KV()
+	fenced.OnRefused = func(_, reason string) { tel.FenceRefused("consul", reason) }
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: fenced, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify})
 	if err != nil {
 		return err
 	}
@@ -147,7 +187,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	return jobs.RunAgent(ctx, jobs.AgentOptions{
-		Controller: ctrl, Leadership: leader, KV: s.kv, Logger: s.log, Base: s.cfg, Telemetry: tel,
+		Controller: ctrl, Leadership: leader, KV: fenced, Logger: s.log, Base: s.cfg, Telemetry: tel,
 	})
 }
 
@@ -161,7 +201,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	s, err := newSetup(ctx, &f, stderr)
+	s, err := newSetup(ctx, &f, stderr, false)
 	if err != nil {
 		return err
 	}
@@ -198,7 +238,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 1 {
 		return usageErr("usage: pollux status [flags] [JOB]")
 	}
-	s, err := newSetup(ctx, &f, stderr)
+	s, err := newSetup(ctx, &f, stderr, false)
 	if err != nil {
 		return err
 	}
