@@ -305,7 +305,7 @@ func (f *refit) fit() {
 func (c *Controller) record(r *round, f *refit) {
 	e, ref := f.e, f.e.job.JobRef
 	if f.doc != nil {
-		c.observeRestart(ref, e.state, f.doc)
+		c.observeRestartAt(ref, e.state, f.doc, e.job.Started)
 		if f.typeOf == nil {
 			e.state.Typed = nil // fits of GPU types no longer told apart
 		}

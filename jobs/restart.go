@@ -21,11 +21,6 @@ func openRestart(s *State, alloc []string) {
 	s.RestartProgress = s.Progress
 }
 
-// observeRestart is observeRestartAt without the allocation's start.
-func (c *Controller) observeRestart(ref JobRef, s *State, doc *contract.Metrics) {
-	c.observeRestartAt(ref, s, doc, time.Time{})
-}
-
 // observeRestartAt takes a newly read, valid metrics document of a job
 // whose newest allocation the scheduler created at started (Job.Started;
 // zero if unknown): it logs an invalid restart object (ParseMetrics
