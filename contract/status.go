@@ -50,9 +50,12 @@ type JobStatus struct {
 
 // Status is the summary of one round, written by the leader at StatusKey.
 type Status struct {
-	Round     int64       `json:"round"`
-	Time      time.Time   `json:"time"`
-	Instance  string      `json:"instance"`
+	Round    int64     `json:"round"`
+	Time     time.Time `json:"time"`
+	Instance string    `json:"instance"`
+	// Term is the writing leader's term number (the lock's LockIndex,
+	// pollux_term in the job versions it writes); optional.
+	Term      uint64      `json:"term,omitempty"`
 	DryRun    bool        `json:"dry_run"`
 	Nodes     int         `json:"nodes"`
 	GPUs      int         `json:"gpus"`
@@ -105,8 +108,12 @@ type StatusShard struct {
 // String renders the status as a readable table.
 func (s *Status) String() string {
 	var b strings.Builder
+	by := s.Instance
+	if s.Term > 0 {
+		by += fmt.Sprintf(" (term %d)", s.Term)
+	}
 	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts\n",
-		s.Round, s.Time.Format(time.RFC3339), s.Instance, s.DryRun, s.Nodes, s.GPUs, s.Conflicts)
+		s.Round, s.Time.Format(time.RFC3339), by, s.DryRun, s.Nodes, s.GPUs, s.Conflicts)
 	for _, j := range s.Jobs {
 		line := fmt.Sprintf("  %-40s %-10s gpus=%-3d", j.Job, j.State, j.GPUs)
 		if j.Decision != nil {

@@ -35,6 +35,10 @@ type Options struct {
 	// passes the leader lock's check, so that a controller that cannot
 	// show it still holds the lock writes nothing.
 	Fence func(ctx context.Context) error
+	// Term, if set, returns the leader's current term number (the lock's
+	// LockIndex, the pollux_term of the job versions it writes; 0 when it
+	// holds none), which the status names beside the instance.
+	Term func() uint64
 	// NewPolicy creates a policy by name (default policy.New); tests pass
 	// a scripted one.
 	NewPolicy func(name string, s policy.Settings) (policy.Policy, error)
@@ -74,6 +78,7 @@ type Controller struct {
 	newPolicy  func(name string, s policy.Settings) (policy.Policy, error)
 	oracle     func(job Job, spec Spec) policy.Oracle
 	fence      func(ctx context.Context) error
+	term       func() uint64
 	bootstrap  Bootstrapper
 	traitsOf   func(name string) (policy.Traits, error)
 	parkBudget time.Duration
@@ -142,7 +147,7 @@ func New(cfg Config, o Options) (*Controller, error) {
 	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
-		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence, parkBudget: cmp.Or(o.ParkBudget, DefaultParkBudget),
+		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence, term: o.Term, parkBudget: cmp.Or(o.ParkBudget, DefaultParkBudget),
 		policies: map[string]cachedPolicy{}, newPolicy: o.NewPolicy,
 		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap, traitsOf: o.Traits,
 	}, nil

@@ -554,14 +554,22 @@ func TestWriteFailureReplans(t *testing.T) {
 	}
 }
 
-// TestStatusEffectiveSettings: the status names the policy and, for
+// TestStatusEffectiveSettings: the status names the leader's term, the policy and, for
 // Pollux, its effective settings on the round's cluster: values the
 // configuration gives are marked set, the others are the policy's
 // defaults for the cluster (a 4-GPU one-type cluster here).
 func TestStatusEffectiveSettings(t *testing.T) {
 	f := newFixture(t, map[string]int{"n1": 4})
 	f.cfg.FairnessP = -0.5
-	st := f.round(f.controller("c"))
+	c, err := jobs.New(f.cfg, jobs.Options{Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "c", Fence: f.lock.Verify,
+		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil }, Term: func() uint64 { return 12 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.round(c)
+	if st.Term != 12 {
+		t.Errorf("status term %d, want the leader's 12", st.Term)
+	}
 	if st.Policy != "pollux" {
 		t.Fatalf("status policy %q, want pollux", st.Policy)
 	}

@@ -114,6 +114,9 @@ func (c *Controller) begin(apply bool) *round {
 	// cfg was validated, so the policy is known.
 	r.traits, _ = c.traitsOf(cfg.Policy)
 	r.status = &Status{Round: c.round, Time: r.start.UTC(), Instance: c.instance, DryRun: cfg.DryRun || !apply, Timings: map[string]float64{}}
+	if c.term != nil {
+		r.status.Term = c.term()
+	}
 	return r
 }
 

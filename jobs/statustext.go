@@ -18,8 +18,12 @@ func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 		now = s.Time
 	}
 	var b strings.Builder
+	by := oneLine(s.Instance, 200)
+	if s.Term > 0 {
+		by += fmt.Sprintf(" (term %d)", s.Term)
+	}
 	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts; phases ms:%s\n",
-		s.Round, s.Time.Format(time.RFC3339), s.Instance, s.DryRun, s.Nodes, s.GPUs, s.Conflicts, timingsText(s.Timings))
+		s.Round, s.Time.Format(time.RFC3339), by, s.DryRun, s.Nodes, s.GPUs, s.Conflicts, timingsText(s.Timings))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tGPUS\tPLACEMENT\tBATCH\tLR\tACCUM\tSPEEDUP\tRESTARTS\tAGE\tREASON")
 	for _, j := range s.Jobs {

@@ -11,7 +11,7 @@ import (
 func testStatus() *Status {
 	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	sub := t0.Add(-90 * time.Minute)
-	return &Status{Round: 7, Time: t0, Instance: "host/alloc", Nodes: 2, GPUs: 8, Timings: map[string]float64{"total": 12.5},
+	return &Status{Round: 7, Time: t0, Instance: "host/alloc", Term: 12, Nodes: 2, GPUs: 8, Timings: map[string]float64{"total": 12.5},
 		Policy: "pollux", Settings: []contract.Setting{{Key: "fairness_p", Value: "-1", Set: true}, {Key: "pollux.first_hold", Value: "off"}},
 		Jobs: []JobStatus{
 			{Job: "default/train", State: StateScheduled, GPUs: 2, Submitted: &sub, Restarts: 1,
@@ -29,7 +29,7 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"round 7", "total=12.5", "REASON", "goodput: 2 GPUs: speedup 1.80", "1.80", "1.5h", "invalid_meta: invalid meta pollux_init_lr",
+	for _, want := range []string{"round 7", "by host/alloc (term 12)", "total=12.5", "REASON", "goodput: 2 GPUs: speedup 1.80", "1.80", "1.5h", "invalid_meta: invalid meta pollux_init_lr",
 		"policy: pollux (fairness_p -1*, pollux.first_hold off; * set by the configuration"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

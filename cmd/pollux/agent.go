@@ -152,7 +152,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// lock, every job registration by the leader's lease.
 	fenced := leader.KV()
 	fenced.OnRefused = func(_, reason string) { tel.FenceRefused("consul", reason) }
-	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: fenced, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify})
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: fenced, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify,
+		Term: func() uint64 {
+			t, _ := leader.Term()
+			return t.Number
+		}})
 	if err != nil {
 		return err
 	}
