@@ -143,6 +143,11 @@ type PendingApply struct {
 	Decision   *Decision `json:"decision"`
 	// At is when it was recorded.
 	At time.Time `json:"at"`
+	// Term is the recording leader's term (the pollux_term its write
+	// sets); 0 when unknown. A new leader completes the bookkeeping of the
+	// write only if the job's version carries this term: a version of
+	// another term is not this write. Optional.
+	Term uint64 `json:"term,omitempty"`
 }
 
 // ParseState decodes a State document, rejecting other versions and the

@@ -341,7 +341,7 @@ func (c *Controller) write(ctx context.Context, r *round, e *entry, alloc []stri
 // intend records in the job's state (in memory) the write about to be
 // made; it must be saved before the write (write-ahead).
 func (c *Controller) intend(r *round, e *entry, alloc []string, d Decision) {
-	e.state.Pending = &PendingApply{Round: r.number, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now()}
+	e.state.Pending = &PendingApply{Round: r.number, ReadIndex: e.job.JobModifyIndex, Allocation: alloc, Decision: &d, At: c.now(), Term: r.status.Term}
 }
 
 // unrecorded holds a job whose intent could not be saved: no write

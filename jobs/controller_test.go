@@ -590,3 +590,53 @@ func TestStatusEffectiveSettings(t *testing.T) {
 		t.Errorf("tiresias: policy %q, %d settings; want tiresias and none (Pollux's only)", st.Policy, len(st.Settings))
 	}
 }
+
+// TestReconcileNeverAdoptsAnotherTerm: a write recorded as pending by
+// term 5 whose answer was lost; the job's version then carries the term
+// that wrote it. A new leader completes the bookkeeping only when that is
+// term 5; a version of another term (a deposed leader's late write, say)
+// is never adopted as this write: the pending record is dropped and the
+// job decided again.
+func TestReconcileNeverAdoptsAnotherTerm(t *testing.T) {
+	for _, tc := range []struct {
+		name, term string
+		adopt      bool
+	}{{"same term", "5", true}, {"another term", "7", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, map[string]int{"n1": 4})
+			a := f.submit("a", 1)
+			f.policy.set(map[string][]string{"a": {"n1", "n1"}})
+			withTerm := func(instance string, term uint64) *jobs.Controller {
+				c, err := jobs.New(f.cfg, jobs.Options{Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
+					NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil }, Term: func() uint64 { return term }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			lost := errors.New("connection reset by peer")
+			f.cluster.SetHooks(jobstest.Hooks{AfterApply: func(jobs.Change) error { return lost }})
+			f.round(withTerm("first", 5))
+			f.cluster.SetHooks(jobstest.Hooks{})
+			if p := f.state(a).Pending; p == nil || p.Term != 5 {
+				t.Fatalf("pending %+v, want a record of term 5", p)
+			}
+			// The job's version says which term wrote it (the Nomad adapter
+			// sets pollux_term with every registration).
+			if err := f.cluster.Edit(a, func(j *jobs.Job) { j.Meta[contract.MetaTerm] = tc.term }); err != nil {
+				t.Fatal(err)
+			}
+			version := f.job(a).JobModifyIndex
+			next := withTerm("second", 8)
+			next.TakeOver(context.Background())
+			f.round(next)
+			s := f.state(a)
+			if s.Pending != nil {
+				t.Fatalf("pending %+v after the new leader's round", s.Pending)
+			}
+			if adopted := s.AppliedIndex == version; adopted != tc.adopt {
+				t.Errorf("job version %d of term %s: adopted %v (state applied at %d), want %v", version, tc.term, adopted, s.AppliedIndex, tc.adopt)
+			}
+		})
+	}
+}

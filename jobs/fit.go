@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,15 @@ func (c *Controller) reconcile(r *round, e *entry) {
 		return
 	}
 	log := c.log.With("job_id", e.job.JobRef.String(), "pending_round", p.Round)
-	if e.job.JobModifyIndex != p.ReadIndex && SamePlacement(PlacementOf(p.Allocation), e.job.Placement) {
+	written := e.job.Meta[contract.MetaTerm]
+	if p.Term > 0 && written != "" && written != strconv.FormatUint(p.Term, 10) {
+		// Another leader wrote the job's version (one deposed while its
+		// write was in flight, or a later one): never adopt it as this
+		// write; decide again from what the job is now.
+		e.state.Pending = nil
+		c.metrics.incError("foreign_write")
+		log.Warn("job version written by another term, not this write's; deciding again", "pending_term", p.Term, "job_term", written, "job_modify_index", e.job.JobModifyIndex)
+	} else if e.job.JobModifyIndex != p.ReadIndex && SamePlacement(PlacementOf(p.Allocation), e.job.Placement) {
 		c.commit(e.state, p.Allocation, p.Decision, e.job.JobModifyIndex, p.At)
 		log.Info("completed the bookkeeping of an interrupted write: the job has its new placement", "placement", contract.FormatPlacement(e.job.Placement), "job_modify_index", e.job.JobModifyIndex)
 	} else {
