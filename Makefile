@@ -30,7 +30,7 @@ train-image: ## install and start Docker, build the example job's image (deploy/
 servers: ## build Consul v1.16.1 and Nomad v1.6.1 once into $$HOME/.cache/pollux
 	scripts/install-servers.sh >/dev/null
 
-cluster-up: servers ## start Consul + Nomad (1 server, NOMAD_CLIENTS clients with 4 fake GPUs each); writes .cluster/env
+cluster-up: servers ## start Consul + Nomad (CLUSTER_SERVERS=1|3|5 servers of each, NOMAD_CLIENTS clients with 4 fake GPUs each); writes .cluster/env
 	scripts/cluster.sh up
 
 cluster-down: ## stop the local cluster and everything it started
