@@ -96,12 +96,19 @@ func newFixture(t *testing.T, nodes map[string]int) *fixture {
 // stand-ins, fenced by its lock.
 func (f *fixture) controller(instance string) *jobs.Controller {
 	f.t.Helper()
+	return f.controllerOfTerm(instance, 0)
+}
+
+// controllerOfTerm is controller for a leader of the given term (0: no
+// term known).
+func (f *fixture) controllerOfTerm(instance string, term uint64) *jobs.Controller {
+	f.t.Helper()
 	var cluster jobs.Cluster = f.cluster
 	if f.slow {
 		cluster = f.cluster.Plain()
 	}
 	c, err := jobs.New(f.cfg, jobs.Options{
-		Cluster: cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
+		Cluster: cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify, Term: termOf(term),
 		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
 		Traits: func(name string) (policy.Traits, error) {
 			if f.traits != nil {
@@ -114,6 +121,14 @@ func (f *fixture) controller(instance string) *jobs.Controller {
 		f.t.Fatal(err)
 	}
 	return c
+}
+
+// termOf is Options.Term for a fixed term (nil for 0).
+func termOf(term uint64) func() uint64 {
+	if term == 0 {
+		return nil
+	}
+	return func() uint64 { return term }
 }
 
 // submit registers a valid Pollux job asking for gpus GPUs.
@@ -561,12 +576,7 @@ func TestWriteFailureReplans(t *testing.T) {
 func TestStatusEffectiveSettings(t *testing.T) {
 	f := newFixture(t, map[string]int{"n1": 4})
 	f.cfg.FairnessP = -0.5
-	c, err := jobs.New(f.cfg, jobs.Options{Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "c", Fence: f.lock.Verify,
-		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil }, Term: func() uint64 { return 12 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := f.round(c)
+	st := f.round(f.controllerOfTerm("c", 12))
 	if st.Term != 12 {
 		t.Errorf("status term %d, want the leader's 12", st.Term)
 	}
@@ -606,17 +616,9 @@ func TestReconcileNeverAdoptsAnotherTerm(t *testing.T) {
 			f := newFixture(t, map[string]int{"n1": 4})
 			a := f.submit("a", 1)
 			f.policy.set(map[string][]string{"a": {"n1", "n1"}})
-			withTerm := func(instance string, term uint64) *jobs.Controller {
-				c, err := jobs.New(f.cfg, jobs.Options{Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
-					NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil }, Term: func() uint64 { return term }})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return c
-			}
 			lost := errors.New("connection reset by peer")
 			f.cluster.SetHooks(jobstest.Hooks{AfterApply: func(jobs.Change) error { return lost }})
-			f.round(withTerm("first", 5))
+			f.round(f.controllerOfTerm("first", 5))
 			f.cluster.SetHooks(jobstest.Hooks{})
 			if p := f.state(a).Pending; p == nil || p.Term != 5 {
 				t.Fatalf("pending %+v, want a record of term 5", p)
@@ -627,7 +629,7 @@ func TestReconcileNeverAdoptsAnotherTerm(t *testing.T) {
 				t.Fatal(err)
 			}
 			version := f.job(a).JobModifyIndex
-			next := withTerm("second", 8)
+			next := f.controllerOfTerm("second", 8)
 			next.TakeOver(context.Background())
 			f.round(next)
 			s := f.state(a)
