@@ -79,7 +79,7 @@ sia-fidelity: ## the sia policy under -rules sia vs the Sia artifact's run on si
 quality: ## Pollux vs published Pollux and vs Tiresias on generated workloads
 	$(GO) test -count=1 -run 'TestQuality' -v -timeout 60m ./sim/
 
-scale-quality: ## Pollux vs Tiresias at 256x4 and 1024x4 GPUs (generated workloads): restarts/job, p50/avg/p99 JCT, GPU-hours/job; about 75 min (SCALE_ROWS=256 one size, SCALE_RESTART=120s expensive restarts, SCALE_SIA=1 adds sia-scale-32x)
+scale-quality: ## Pollux vs Tiresias at 256x4 and 1024x4 GPUs (generated workloads): restarts/job, p50/avg/p99 JCT, GPU-hours/job; about 25 min (SCALE_ROWS=256 one size, SCALE_RESTART=120s expensive restarts, SCALE_SIA=1 adds sia-scale-32x)
 	POLLUX_SCALE_QUALITY=1 $(GO) test -p 1 -count=1 -run 'TestScaleQuality$$' -v -timeout 180m ./sim/
 
 load: servers ## load test: LOAD_JOBS (200) jobs on LOAD_CLIENTS (8) clients x 4 GPUs, agent every LOAD_INTERVAL (10s) for LOAD_DURATION (10m); report in out/load-*.json

@@ -124,7 +124,7 @@ func TestEffectivePollux(t *testing.T) {
 		{"ga.stall_generations", "20", "off", "off"},
 		{"ga.workers", "auto", "auto", "auto"},
 		{"pollux.restart_hysteresis", "0.45", "0.3", "0.5"},
-		{"pollux.growth_hysteresis", "0.3", "off", "off"},
+		{"pollux.growth_hysteresis", "0.3", "0.3", "off"},
 		{"pollux.service_weight", "14400", "off", "off"},
 		{"pollux.age_weight_scale", "off", "off", "8h0m0s"},
 		{"pollux.stand_in_knee", "off", "off", "4"},
@@ -145,7 +145,7 @@ func TestEffectivePollux(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Pollux.GrowthHysteresis = 0.2
 	cfg.RestartPenalty = 0
-	set := get(cfg.EffectivePollux(policy.Regime{GPUs: 1024, Types: 1}))
+	set := get(cfg.EffectivePollux(policy.Regime{GPUs: 64, Types: 3}))
 	if s := set["pollux.growth_hysteresis"]; s.Value != "0.2" || !s.Set {
 		t.Errorf("growth hysteresis set to 0.2: %+v", s)
 	}

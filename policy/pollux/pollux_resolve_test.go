@@ -25,7 +25,7 @@ func TestPolluxResolve(t *testing.T) {
 	})
 	large := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = -1, -1
-		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.3, -1, -1
+		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.3, 0.3, -1
 		c.AgeWeightScale, c.StandInKnee, c.FirstHold = -1, -1, -1
 	})
 	several := with(func(c *pollux.Config) {

@@ -776,18 +776,17 @@ func TestPolluxNoSwapsAmongEquals(t *testing.T) {
 	}
 }
 
-// TestPolluxGrowthExemptOnLargeClusters: a running job whose growth
-// would gain less than the growth hysteresis asks (1/(1 − 0.3)) stays
-// as it is on a one-type cluster of 64 GPUs, and grows on one of 128
-// GPUs, where growth is exempt by default (and on 64 with a negative
-// GrowthHysteresis).
-func TestPolluxGrowthExemptOnLargeClusters(t *testing.T) {
+// TestPolluxGrowthHysteresis: a running job whose growth would gain
+// less than the growth hysteresis asks (1/(1 − 0.3)) stays as it is on a
+// one-type cluster of 64 GPUs and of 128 GPUs, and grows where growth is
+// exempt (a negative GrowthHysteresis).
+func TestPolluxGrowthHysteresis(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		nodes  int
 		exempt bool
 		grows  bool
-	}{{"64 GPUs", 16, false, false}, {"128 GPUs", 32, false, true}, {"64 GPUs, GrowthHysteresis -1", 16, true, true}} {
+	}{{"64 GPUs", 16, false, false}, {"128 GPUs", 32, false, false}, {"64 GPUs, GrowthHysteresis -1", 16, true, true}, {"128 GPUs, GrowthHysteresis -1", 32, true, true}} {
 		in := policy.Input{Now: 1e5, Nodes: policytest.Nodes(tc.nodes, 4), Current: policy.Allocations{"job": {"n00"}}}
 		// Goodput on 1, 2, 4 GPUs: 1, 1.18, 1.29.
 		in.Jobs = []policy.Job{{ID: "job", Age: 1e5, MaxReplicas: 4, NumRestarts: 1,
