@@ -236,15 +236,7 @@ func (c *Controller) TakeOver(ctx context.Context) {
 // population, Tiresias' queues) between rounds while the part of the
 // settings it reads stays the same.
 func (c *Controller) policyFor(cfg Config) (policy.Policy, error) {
-	pc := policy.PolluxConfig{
-		Population: cfg.Population, Generations: cfg.Generations, Seed: cfg.Seed,
-		FairnessP: cfg.FairnessP, RestartPenalty: cfg.RestartPenalty.Seconds(),
-		DisableInterferenceAvoidance: !cfg.InterferenceAvoidance,
-	}
-	if pc.RestartPenalty == 0 {
-		pc.RestartPenalty = 1e-9 // 0 means "default" to the policy
-	}
-	s := policy.Relevant(cfg.Policy, policy.Settings{Pollux: pc})
+	s := policy.Relevant(cfg.Policy, policy.Settings{Pollux: cfg.PolluxConfig()})
 	if p, ok := c.policies[cfg.Policy]; ok && p.settings == s {
 		return p.policy, nil
 	}

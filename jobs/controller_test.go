@@ -642,3 +642,23 @@ func TestReconcileNeverAdoptsAnotherTerm(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyGetsEveryKnob: the controller hands the policy the Pollux
+// configuration the agent's configuration asks for (Config.PolluxConfig),
+// knobs of the pollux block included, and "off" for restart_penalty 0.
+func TestPolicyGetsEveryKnob(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	f.cfg.Pollux.GrowthHysteresis = 0.2
+	f.cfg.Pollux.StallGenerations = 7
+	f.cfg.RestartPenalty = 0
+	var got policy.Settings
+	c, err := jobs.New(f.cfg, jobs.Options{Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "c", Fence: f.lock.Verify,
+		NewPolicy: func(_ string, s policy.Settings) (policy.Policy, error) { got = s; return f.policy, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.round(c)
+	if p := got.Pollux; p.GrowthHysteresis != 0.2 || p.StallGenerations != 7 || p.RestartPenalty >= 0 {
+		t.Errorf("policy settings %+v, want growth hysteresis 0.2, 7 stall generations and the restart penalty off (negative)", p)
+	}
+}
