@@ -1,11 +1,9 @@
 """Process group, epochs and the stop-on-SIGTERM protocol of pollux.torch."""
 
-import atexit
 import datetime
 import logging
 import os
 import pickle
-import shutil
 import signal
 import sys
 import tempfile
@@ -142,7 +140,6 @@ def init_process_group(backend: str = "gloo", init_method: Optional[str] = None,
         else:
             # One process: a one-member group on a store in a private file.
             ctx.store_dir = tempfile.mkdtemp(prefix="pollux-pg-")
-            atexit.register(shutil.rmtree, ctx.store_dir, True)
             dist.init_process_group(backend, init_method="file://" + os.path.join(ctx.store_dir, "store"),
                                     world_size=1, rank=0, timeout=td)
     if r == 0:
@@ -225,8 +222,6 @@ def _reset_for_tests():
         dist.destroy_process_group()
     from pollux import collective
     collective._stop()
-    if ctx.store_dir:
-        shutil.rmtree(ctx.store_dir, True)
     ctx.__init__()
     checkpoint._reset()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
