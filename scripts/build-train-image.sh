@@ -9,7 +9,8 @@
 #   BASE_IMAGE (default pollux-debian-torch:bookworm)
 #   DEBIAN_MIRROR (default http://deb.debian.org/debian)
 #
-# Needs dockerd (scripts/install-docker.sh) and root for debootstrap. The
+# Needs dockerd (scripts/install-docker.sh) and root for debootstrap (sudo
+# when not root). The
 # base takes a few minutes the first time; later runs take seconds.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,18 +18,20 @@ image=${IMAGE:-pollux-train:local}
 base=${BASE_IMAGE:-pollux-debian-torch:bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 log() { echo "build-train-image: $*" >&2; }
+sudo=
+[ "$(id -u)" -eq 0 ] || sudo=sudo
 
 if ! docker image inspect "$base" >/dev/null 2>&1; then
   root=$(mktemp -d /tmp/pollux-rootfs.XXXXXX)
-  trap 'rm -rf "$root"' EXIT
+  trap '$sudo rm -rf "$root"' EXIT
   log "debootstrap bookworm with python3-torch into $root (a few minutes, once)"
   start=$SECONDS
-  debootstrap --variant=minbase \
+  $sudo debootstrap --variant=minbase \
     --include=python3,python3-torch,python3-sklearn,python3-pip,ca-certificates \
     bookworm "$root" "$mirror" >"$root.log" 2>&1 ||
     { tail -20 "$root.log" >&2; log "debootstrap failed (log: $root.log)"; exit 1; }
-  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-  tar -C "$root" -c . | docker import - "$base" >/dev/null
+  $sudo sh -c 'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' - "$root"
+  $sudo tar -C "$root" -c . | docker import - "$base" >/dev/null
   log "base image $base in $((SECONDS - start)) s"
 fi
 
