@@ -101,7 +101,7 @@ func TestStatusPage(t *testing.T) {
 			for range ng.GPUs {
 				job := "default/" + j.id
 				if j.kind == "other" {
-					job = ""
+					job = j.id // named on the map, without the default namespace
 				}
 				want[ng.Node] = append(want[ng.Node], j.kind+":"+job)
 				total[ng.Node]++
