@@ -123,6 +123,28 @@ func (f *fixture) controllerOfTerm(instance string, term uint64) *jobs.Controlle
 	return c
 }
 
+// recordWrites makes the stand-in cluster record each write it is asked
+// for as "job=placement", in order, and answer it with fail (nil: accept
+// all); the returned function gives the writes so far.
+func (f *fixture) recordWrites(fail func(jobs.Change) error) func() []string {
+	var mu sync.Mutex
+	var order []string
+	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, ch.Job.ID+"="+contract.FormatPlacement(ch.Placement))
+		if fail != nil {
+			return fail(ch)
+		}
+		return nil
+	}})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(order)
+	}
+}
+
 // termOf is Options.Term for a fixed term (nil for 0).
 func termOf(term uint64) func() uint64 {
 	if term == 0 {
@@ -522,16 +544,9 @@ func TestWritesInWaves(t *testing.T) {
 	f := newFixture(t, map[string]int{"n1": 4})
 	a, b := f.submit("a", 3), f.submit("b", 1)
 	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n1", "n1", "n1"}})
-	var mu sync.Mutex
-	var order []string
-	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
-		mu.Lock()
-		defer mu.Unlock()
-		order = append(order, ch.Job.ID+"="+contract.FormatPlacement(ch.Placement))
-		return nil
-	}})
+	writes := f.recordWrites(nil)
 	st := f.round(f.controller("ctl"))
-	if want := []string{"a=n1:1", "b=n1:3"}; !slices.Equal(order, want) {
+	if want, order := []string{"a=n1:1", "b=n1:3"}, writes(); !slices.Equal(order, want) {
 		t.Fatalf("writes %v, want %v (the shrink, then the grow into its GPUs)", order, want)
 	}
 	for _, r := range []jobs.JobRef{a, b} {
@@ -549,19 +564,14 @@ func TestWriteFailureReplans(t *testing.T) {
 	f := newFixture(t, map[string]int{"n1": 4})
 	a, b := f.submit("a", 3), f.submit("b", 1)
 	f.policy.set(map[string][]string{"a": {"n1"}, "b": {"n1", "n1", "n1"}})
-	var mu sync.Mutex
-	var order []string
-	f.cluster.SetHooks(jobstest.Hooks{BeforeApply: func(ch jobs.Change) error {
-		mu.Lock()
-		defer mu.Unlock()
-		order = append(order, ch.Job.ID+"="+contract.FormatPlacement(ch.Placement))
+	writes := f.recordWrites(func(ch jobs.Change) error {
 		if ch.Job.ID == "a" {
 			return errors.New("injected: nomad refuses the write")
 		}
 		return nil
-	}})
+	})
 	st := f.round(f.controller("ctl"))
-	if want := []string{"a=n1:1", "b=", "b=n1:3"}; !slices.Equal(order, want) {
+	if want, order := []string{"a=n1:1", "b=", "b=n1:3"}, writes(); !slices.Equal(order, want) {
 		t.Fatalf("writes %v, want %v (the failed shrink, then the grow stopped and placed)", order, want)
 	}
 	if la, lb := jobLine(t, st, a), jobLine(t, st, b); la.Applied || !lb.Applied {
