@@ -103,6 +103,9 @@ def main():
     # A restart after the last epoch (the checkpoint says all are done)
     # runs no epoch: the final accuracy is then measured here.
     acc = None
+    # An epoch resumed from a checkpoint taken after its last batch runs no
+    # batch at all, so the batch size printed below starts as "none".
+    batch_size = None
     # Pollux: epochs continue from the checkpoint after a restart.
     for epoch in pollux.torch.remaining_epochs_until(a.epochs):
         net.train()
@@ -130,7 +133,7 @@ def main():
             if rank == 0:
                 log("epoch", epoch=epoch, step=net.steps, world=world, round=pollux_round, val_acc=acc,
                     train_loss=stats["loss_sum"] / max(stats["total"], 1), valid=stats["valid"])
-                print("epoch %d: loss %.4f, validation accuracy %.4f (%d replicas, batch %d)" % (
+                print("epoch %d: loss %.4f, validation accuracy %.4f (%d replicas, batch %s)" % (
                     epoch, stats["loss_sum"] / max(stats["total"], 1), acc, world, batch_size),
                     flush=True)
     if acc is None:
