@@ -45,7 +45,7 @@ func testSnapshot() *Snapshot {
 		Bounds: bounds, GPUs: 2, Nodes: 1, BatchSize: 512, MinGPUs: 1, MaxGPUs: 8, FreeGPUs: 2, PolicyGPUs: 6, PolicyNodes: 2, PolicyJobs: 3})
 	explainBad := jobs.Explain(jobs.ExplainInput{State: jobs.StateInvalid, Error: "pollux_init_lr: required"})
 	explainHostile := jobs.Explain(jobs.ExplainInput{State: jobs.StateInvalid, Error: "pollux_init_batch_size: not an integer: \"<script>alert(1)</script>\""})
-	st := &jobs.Status{Round: 42, Time: t0, Instance: "host-a/alloc-1", Nodes: 2, GPUs: 6,
+	st := &jobs.Status{Round: 42, Time: t0, Instance: "host-a/alloc-1", Term: 7, Nodes: 2, GPUs: 6,
 		Policy: "pollux", Settings: []jobs.EffectiveSetting{{Key: "fairness_p", Value: "-1", Set: true}, {Key: "pollux.growth_hysteresis", Value: "0.3"}},
 		Timings: map[string]float64{"snapshot": 3, "fit": 1, "optimize": 20, "apply": 5, "total": 29},
 		NodeMap: []jobs.NodeStatus{
@@ -107,7 +107,7 @@ func TestOverview(t *testing.T) {
 	if got := strings.Join(cells, " "); got != want {
 		t.Errorf("map cells\n got %s\nwant %s", got, want)
 	}
-	for _, s := range []string{`id="round">42<`, "host-a/alloc-1", `data-reason="invalid_meta"`, "invalid meta pollux_init_lr", "29.0", "no_metrics", "1.0h", `data-node="n2" data-node-name="client-2" data-gpu-type="a100"`, "client-2 (4 a100)",
+	for _, s := range []string{`id="round">42<`, "host-a/alloc-1", `term <b id="term">7</b>`, `data-reason="invalid_meta"`, "invalid meta pollux_init_lr", "29.0", "no_metrics", "1.0h", `data-node="n2" data-node-name="client-2" data-gpu-type="a100"`, "client-2 (4 a100)",
 		// Jobs Pollux does not manage are named in the legend and in their GPUs' titles.
 		"etl-nightly (1, not a Pollux job)",
 		// The policy's effective settings, and where each comes from.

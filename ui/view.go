@@ -32,6 +32,7 @@ type header struct {
 	Round    int64
 	Time     string
 	Leader   string
+	Term     uint64
 	DryRun   bool
 	Reader   string
 	Nodes    int
@@ -154,6 +155,7 @@ func newHeader(s *Snapshot, now time.Time, refresh time.Duration) header {
 		return h
 	}
 	h.Round, h.Time, h.Leader, h.DryRun = st.Round, st.Time.Format(time.RFC3339)+" ("+ago(st.Time, now)+" ago)", st.Instance, st.DryRun
+	h.Term = st.Term
 	h.Nodes, h.GPUs = st.Nodes, st.GPUs
 	for _, n := range st.NodeMap {
 		h.Used += n.Other
