@@ -27,10 +27,10 @@ class ChooseTest(unittest.TestCase):
         alpha, beta = p.fit()
         self.assertAlmostEqual(alpha, 0.01, places=9)
         self.assertAlmostEqual(beta, 1e-4, places=9)
-        # One size only: 10% of its time is taken as fixed cost.
+        # One size only: half of its time is taken as fixed cost (AdaptDL's rule).
         alpha, beta = self.profile([(16, 0.1)]).fit()
-        self.assertAlmostEqual(alpha, 0.01)
-        self.assertAlmostEqual(beta * 16, 0.09)
+        self.assertAlmostEqual(alpha, 0.05)
+        self.assertAlmostEqual(beta * 16, 0.05)
 
     def test_noisy_gradients_favour_large_batches(self):
         p = self.profile([(8, 0.01 + 8e-4), (32, 0.01 + 32e-4)], sync=0.05)

@@ -19,9 +19,10 @@ size, and c the mean time of the synchronising part of a step (the
 all-reduce and the optimizer).
 A new configuration is adopted only if its predicted goodput beats the
 current one's by MIN_SPEEDUP (AdaptDL's threshold, 5%).
-Until two micro-batch sizes were observed, alpha is taken as 10% of the
-observed time (a fixed per-batch cost; the fit replaces it as soon as a
-second size was run). The chosen configuration is adopted by every
+Until two micro-batch sizes were observed, alpha is taken as half of the
+observed time, as AdaptDL does (adaptdl/goodput.py, fit_perf_params: an
+optimistic view of larger batches, so that the first decision tries one
+and the fit then has a second size to learn from). The chosen configuration is adopted by every
 replica at the same step (replica 0 sends it with the gradients); the
 learning rate follows the model's scaling rule.
 """
@@ -84,7 +85,7 @@ class Profile:
             return None
         if len(pts) == 1:
             m, t = pts[0]
-            return 0.1 * t, 0.9 * t / m
+            return 0.5 * t, 0.5 * t / m
         w = [self.compute[m][0] for m, _ in pts]
         sw = sum(w)
         mx = sum(wi * m for wi, (m, _) in zip(w, pts)) / sw
