@@ -385,3 +385,25 @@ class PortTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OneProcessGroupTest(unittest.TestCase):
+    def test_store_directory_removed_at_exit(self):
+        """A single process gets a one-member group on a file store in a
+        private directory; the directory is gone when the process ends."""
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "job.py")
+            with open(script, "w") as f:
+                f.write("import glob, os, tempfile\n"
+                        "import torch.distributed as dist\n"
+                        "import pollux.torch\n"
+                        "pollux.torch.init_process_group('gloo')\n"
+                        "dist.barrier()\n"
+                        "print(len(glob.glob(os.path.join(tempfile.gettempdir(), 'pollux-pg-*'))))\n")
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "POLLUX_", "CONSUL_", "MASTER_"))}
+            env.update(PYTHONPATH=HERE, TMPDIR=tmp, POLLUX_CHECKPOINT_DIR=os.path.join(tmp, "ckpt"))
+            p = subprocess.run([PY, script], env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.strip(), "1")  # the store's directory while running
+            left = [n for n in os.listdir(tmp) if n.startswith("pollux-pg-")]
+            self.assertEqual(left, [])

@@ -1,9 +1,11 @@
 """Process group, epochs and the stop-on-SIGTERM protocol of pollux.torch."""
 
+import atexit
 import datetime
 import logging
 import os
 import pickle
+import shutil
 import signal
 import sys
 import tempfile
@@ -140,6 +142,7 @@ def init_process_group(backend: str = "gloo", init_method: Optional[str] = None,
         else:
             # One process: a one-member group on a store in a private file.
             ctx.store_dir = tempfile.mkdtemp(prefix="pollux-pg-")
+            atexit.register(shutil.rmtree, ctx.store_dir, True)  # the store's directory goes with the process
             dist.init_process_group(backend, init_method="file://" + os.path.join(ctx.store_dir, "store"),
                                     world_size=1, rank=0, timeout=td)
     if r == 0:
