@@ -45,7 +45,16 @@ class ChooseTest(unittest.TestCase):
     def test_clean_gradients_favour_small_batches(self):
         p = self.profile([(8, 0.01 + 8e-4), (32, 0.01 + 32e-4)])
         m, s, _ = sa.choose(p, (1.0, 1e-3), 16, 1, (8, 256), 512, True)  # noise scale 0.016 samples
-        self.assertEqual((m, s), (8, 0))
+        # 8 and 10 (the next size) are within NEAR_TIE of each other: the larger micro-batch.
+        self.assertEqual((m, s), (10, 0))
+
+    def test_near_ties_prefer_fewer_micro_steps(self):
+        # No fixed cost per micro-batch in the fit (alpha 0) and a sync cost:
+        # every split of a batch of 512 predicts the same goodput; one
+        # micro-batch of 512 is taken rather than 8 x 64.
+        p = self.profile([(8, 8e-4), (32, 32e-4)], sync=0.05)
+        m, s, _ = sa.choose(p, (1.0, 1e4), 16, 1, (8, 512), 512, True)
+        self.assertEqual((m, s), (512, 0))
 
     def test_goodput_is_the_product(self):
         p = self.profile([(8, 0.02), (16, 0.03)])  # alpha 0.01, beta 0.00125

@@ -34,6 +34,8 @@ from typing import Dict, Optional, Tuple
 __all__ = ["enabled", "Profile", "choose", "goodput"]
 
 MIN_SPEEDUP = 1.05
+# Goodputs within 2% of the best count as equal when choosing (see choose).
+NEAR_TIE = 0.02
 
 
 def _flag(raw: str, name: str) -> Optional[bool]:
@@ -127,22 +129,29 @@ def goodput(profile: Profile, est, m0: float, replicas: int, m: int, s: int) -> 
 
 def choose(profile: Profile, est, m0: float, replicas: int, bounds: Tuple[int, int], max_batch: int,
            accumulation: bool) -> Optional[Tuple[int, int, float]]:
-    """The (m, s, goodput) of the best configuration, or None without a profile."""
+    """The (m, s, goodput) of the best configuration, or None without a
+    profile. Among the configurations within NEAR_TIE of the best goodput
+    it takes the fewest accumulation steps, then the largest micro-batch:
+    each micro-step has costs the linear fit misses when it puts alpha near
+    zero (the script's loop, the accumulation's bookkeeping), and a noisy
+    fit should not trade a large micro-batch for many small ones."""
     fit = profile.fit()
     if fit is None:
         return None
     alpha, beta = fit
     sync = profile.sync[1]
     lo, hi = bounds
-    best = None
     sizes = sorted(set([lo, hi] + [int(round(lo * 2 ** (i / 4))) for i in range(64) if lo * 2 ** (i / 4) <= hi]))
+    cands = []
     for m in sizes:
         for s in range(0, (64 if accumulation else 1)):
             total = m * replicas * (s + 1)
             if total > max_batch:
                 break
             t = (s + 1) * (alpha + beta * m) + sync
-            g = total / t * efficiency(total, m0, est)
-            if best is None or g > best[2] * (1 + 1e-9):
-                best = (m, s, g)
-    return best
+            cands.append((m, s, total / t * efficiency(total, m0, est)))
+    if not cands:
+        return None
+    top = max(g for _, _, g in cands)
+    near = [c for c in cands if c[2] >= top * (1 - NEAR_TIE)]
+    return min(near, key=lambda c: (c[1], -c[0]))
