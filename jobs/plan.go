@@ -182,13 +182,19 @@ func MakePlan(in PlanInput) Plan {
 	if len(changes) == 0 {
 		return p
 	}
-	// What each job holds once the ops run so far are done.
+	// What each job holds once the ops run so far are done. A job this
+	// plan does not rewrite holds, on each node, the larger of what it
+	// runs and what its spec asks for: Nomad may not have carried out its
+	// last write yet (a previous leader's, moments before), and it will.
 	holds := make([][]NodeGPUs, len(p.Steps))
 	for i, s := range p.Steps {
 		switch job := in.Jobs[s.Index].Job; {
 		case obs.Moved[s.Job]:
 			holds[i] = s.Placement
-		case !obs.Vacated[s.Job]:
+		case obs.Vacated[s.Job]:
+		case !s.Change || obs.Done[s.Job]:
+			holds[i] = converging(job.Running, job.Placement)
+		default:
 			holds[i] = job.Running
 		}
 	}
@@ -212,6 +218,35 @@ func MakePlan(in PlanInput) Plan {
 		p.Ops = append(p.Ops, Op{Kind: OpPlace, Steps: place})
 	}
 	return p
+}
+
+// converging returns, node by node, the larger of running and spec: what
+// a job may hold while Nomad replaces the allocations it runs by those its
+// spec asks for.
+func converging(running, spec []NodeGPUs) []NodeGPUs {
+	if len(spec) == 0 {
+		return running
+	}
+	most := map[string]int{}
+	var nodes []string
+	for _, l := range [][]NodeGPUs{running, spec} {
+		per := map[string]int{}
+		for _, r := range l {
+			per[r.Node] += r.GPUs
+		}
+		for n, g := range per {
+			if _, ok := most[n]; !ok {
+				nodes = append(nodes, n)
+			}
+			most[n] = max(most[n], g)
+		}
+	}
+	sort.Strings(nodes)
+	out := make([]NodeGPUs, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, NodeGPUs{Node: n, GPUs: most[n]})
+	}
+	return out
 }
 
 // planSteps turns the policy's allocation into one step per job, in the

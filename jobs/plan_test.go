@@ -237,3 +237,35 @@ func TestPlanParkChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanConvergingJobsHold: a previous leader rewrote a and b a moment
+// ago and Nomad still runs their old allocations; c and d, placed by
+// Nomad itself, are to take the GPUs a and b are about to get. Counting
+// a and b by what they run would write c and d at once onto nodes that a
+// and b will fill, where each would wait for the other's old allocation
+// (Nomad stops none of them); counted by the larger of what they run and
+// what their spec asks, c and d form a cycle and are stopped first.
+func TestPlanConvergingJobsHold(t *testing.T) {
+	a, b := planJob(t, "a", "n1:2"), planJob(t, "b", "n2:2")
+	a.Job.Running, b.Job.Running = placement("n2:1"), placement("n1:1")
+	c, d := planJob(t, "c", ""), planJob(t, "d", "")
+	c.Job.Running, d.Job.Running = placement("n2:1"), placement("n1:1")
+	in := jobs.PlanInput{
+		Round: 3, AdaptiveBatch: true,
+		Nodes: []policy.Node{{ID: "n1", GPUs: 4}, {ID: "n2", GPUs: 4}},
+		Jobs:  []jobs.PlanJob{a, b, c, d},
+		Next: policy.Allocations{"default/a": {"n1", "n1"}, "default/b": {"n2", "n2"},
+			"default/c": {"n1", "n1"}, "default/d": {"n2", "n2"}},
+	}
+	p := jobs.MakePlan(in)
+	if got := ids(p.Vacate); !slices.Equal(got, []string{"c", "d"}) {
+		t.Fatalf("vacate %v, want [c d]; ops %+v", got, p.Ops)
+	}
+	// Once Nomad has carried a and b out, c and d are written directly.
+	a.Job.Running, b.Job.Running = a.Job.Placement, b.Job.Placement
+	c.Job.Running, d.Job.Running = nil, nil
+	in.Jobs = []jobs.PlanJob{a, b, c, d}
+	if p := jobs.MakePlan(in); len(p.Vacate) != 0 {
+		t.Fatalf("vacate %v with a and b in place", ids(p.Vacate))
+	}
+}
