@@ -161,6 +161,13 @@ autoscaling {
 	if s := st.String(); !strings.Contains(s, "autoscaling: pool default: 2 nodes, desired 3") {
 		t.Errorf("status text lacks the autoscaling line:\n%s", s)
 	}
+	var table strings.Builder
+	if err := jobs.WriteStatusTable(&table, st, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "autoscaling: pool default: 2 nodes, desired 3; utility ") {
+		t.Errorf("pollux status lacks the autoscaling line:\n%s", table.String())
+	}
 	var b strings.Builder
 	if err := tel.WritePrometheus(&b); err != nil {
 		t.Fatal(err)
