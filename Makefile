@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
-.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality scale-quality load demo ci clean cloud
+.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero quality scale-quality load demo ci clean cloud cloud-bound
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -101,3 +101,6 @@ hetero: ## type-aware pollux vs sia under -rules sia: sia-philly-1..8 and sia-he
 
 cloud: ## cloud mode: GPU-hours and JCT of Pollux autoscaled vs fixed 16x4 vs Tiresias + queue autoscaler (11 workloads), and one ImageNet job vs fixed sizes; about 30 min on 2 shared cores; CLOUD_OUT (out/cloud) gets the summaries
 	POLLUX_CLOUD_EVAL=1 POLLUX_CLOUD_OUT=$(or $(CLOUD_OUT),out/cloud) $(GO) test -p 1 -count=1 -run 'TestCloudCost|TestCloudImageNetJob' -v -timeout 180m ./sim/
+
+cloud-bound: ## the least GPU-hours at each average JCT on the eight artifact workloads, from single-job runs at constant sizes (docs/cloud-autoscaling.md); about 4 min
+	POLLUX_CLOUD_BOUND=workload-1,workload-2,workload-3,workload-4,workload-5,workload-6,workload-7,workload-8 $(GO) test -count=1 -run 'TestCloudBound$$' -v -timeout 60m ./sim/

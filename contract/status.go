@@ -80,6 +80,23 @@ type Status struct {
 	// the Pollux policy. Both optional.
 	Policy   string    `json:"policy,omitempty"`
 	Settings []Setting `json:"settings,omitempty"`
+	// Autoscaling holds, with autoscaling configured, each node pool's
+	// (and GPU type's) desired node count and why; optional.
+	Autoscaling []AutoscalePool `json:"autoscaling,omitempty"`
+}
+
+// AutoscalePool is one node pool's (and GPU type's) line of the
+// autoscaling status: its nodes, the desired count that Pollux publishes
+// as pollux_cluster_desired_nodes, the utility at both sizes and the
+// reason.
+type AutoscalePool struct {
+	NodePool       string  `json:"node_pool"`
+	GPUType        string  `json:"gpu_type,omitempty"`
+	Nodes          int     `json:"nodes"`
+	Desired        int     `json:"desired_nodes"`
+	UtilityNow     float64 `json:"utility_now"`
+	UtilityDesired float64 `json:"utility_desired"`
+	Reason         string  `json:"reason"`
 }
 
 // Setting is one effective policy setting: Key its name in the agent's
@@ -114,6 +131,14 @@ func (s *Status) String() string {
 	}
 	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts\n",
 		s.Round, s.Time.Format(time.RFC3339), by, s.DryRun, s.Nodes, s.GPUs, s.Conflicts)
+	for _, a := range s.Autoscaling {
+		pool := a.NodePool
+		if a.GPUType != "" {
+			pool += " (" + a.GPUType + ")"
+		}
+		fmt.Fprintf(&b, "  autoscaling: pool %s: %d nodes, desired %d; utility %.2f now, %.2f at the desired size: %s\n",
+			pool, a.Nodes, a.Desired, a.UtilityNow, a.UtilityDesired, a.Reason)
+	}
 	for _, j := range s.Jobs {
 		line := fmt.Sprintf("  %-40s %-10s gpus=%-3d", j.Job, j.State, j.GPUs)
 		if j.Decision != nil {

@@ -1,8 +1,10 @@
 package jobs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/autoscale"
 )
@@ -240,15 +243,7 @@ func (c AutoscaleConfig) CheckPools(known []string) error {
 
 // AutoscaleStatus is one pool's line of the autoscaling status: the
 // desired count and why.
-type AutoscaleStatus struct {
-	NodePool       string  `json:"node_pool"`
-	GPUType        string  `json:"gpu_type,omitempty"`
-	Nodes          int     `json:"nodes"`
-	Desired        int     `json:"desired_nodes"`
-	UtilityNow     float64 `json:"utility_now"`
-	UtilityDesired float64 `json:"utility_desired"`
-	Reason         string  `json:"reason"`
-}
+type AutoscaleStatus = contract.AutoscalePool
 
 // ClusterAutoscaler computes each pool's desired node count once per round
 // and publishes it as the gauge pollux_cluster_desired_nodes{node_pool,
@@ -333,6 +328,62 @@ func (a *ClusterAutoscaler) Round(now time.Time, jobs []policy.Job, nodes []Pool
 	a.last = out
 	a.mu.Unlock()
 	return out
+}
+
+// reconfigure replaces the configuration; the hysteresis starts afresh
+// and the series of pools no longer configured are removed.
+func (a *ClusterAutoscaler) reconfigure(cfg AutoscaleConfig) error {
+	sc, err := autoscale.NewScaler(cfg.Scaler)
+	if err != nil {
+		return err
+	}
+	a.cfg, a.scaler = cfg, sc
+	a.clear()
+	return nil
+}
+
+// clear removes every published series and the last status.
+func (a *ClusterAutoscaler) clear() {
+	a.desired.Reset()
+	a.utility.Reset()
+	a.mu.Lock()
+	a.last = nil
+	a.mu.Unlock()
+}
+
+// autoscale decides each node pool's desired node count from the round's
+// jobs (as the policy saw them) and the allocation the policy chose,
+// publishes it (pollux_cluster_desired_nodes) and puts it in the status.
+// A node whose pool the cluster does not report counts in the
+// configuration's node_pool, else in "default".
+func (c *Controller) autoscale(r *round) {
+	cfg := r.cfg.Autoscale
+	if !cfg.Enabled {
+		if c.autoscaler != nil {
+			c.autoscaler.clear()
+		}
+		return
+	}
+	switch {
+	case c.autoscaler == nil:
+		a, err := NewClusterAutoscaler(cfg, c.metrics.reg)
+		if err != nil {
+			r.addError(fmt.Sprintf("autoscaling: %v", err))
+			return
+		}
+		c.autoscaler = a
+	case !reflect.DeepEqual(c.autoscaler.cfg, cfg):
+		if err := c.autoscaler.reconfigure(cfg); err != nil {
+			r.addError(fmt.Sprintf("autoscaling: %v", err))
+			return
+		}
+	}
+	pool := cmp.Or(r.cfg.NodePool, "default")
+	nodes := make([]PoolNode, 0, len(r.nodes))
+	for _, n := range r.nodes {
+		nodes = append(nodes, PoolNode{NodePool: cmp.Or(n.NodePool, pool), Type: r.nodeType[n.ID], ID: n.ID})
+	}
+	r.status.Autoscaling = c.autoscaler.Round(r.start, r.in.Jobs, nodes, r.next)
 }
 
 // Status returns the last round's decisions (nil before the first).

@@ -114,3 +114,102 @@ func TestClusterAutoscalerPublishesTheDesiredCount(t *testing.T) {
 		t.Errorf("Status() = %+v", s)
 	}
 }
+
+// TestRoundPublishesDesiredNodes: with an autoscaling block in the agent's
+// configuration, each round computes the pool's desired node count from
+// the jobs the policy saw, publishes it as pollux_cluster_desired_nodes and
+// puts it, with the utilities and the reason, in the status; without the
+// block the series goes away.
+func TestRoundPublishesDesiredNodes(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4, "n2": 4})
+	cfg, err := jobs.DefaultConfig().MergeHCL([]byte(`
+autoscaling {
+  pool "default" {
+    gpus_per_node = 4
+    max_nodes     = 8
+  }
+}
+`), "agent.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Autoscale.Enabled {
+		t.Fatal("the autoscaling block was not read")
+	}
+	// Three jobs without a model: each speeds up linearly to its first
+	// allocation's cap (4 GPUs), so three 4-GPU nodes are wanted.
+	for _, id := range []string{"a", "b", "c"} {
+		f.submit(id, 4)
+	}
+	f.policy.set(map[string][]string{"a": {"n1", "n1", "n1", "n1"}, "b": {"n2", "n2", "n2", "n2"}})
+	tel := jobs.NewTelemetry()
+	c, err := jobs.New(cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "i1", Fence: f.lock.Verify, Telemetry: tel,
+		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.round(c)
+	if len(st.Autoscaling) != 1 {
+		t.Fatalf("autoscaling status: %+v", st.Autoscaling)
+	}
+	a := st.Autoscaling[0]
+	if a.NodePool != "default" || a.Nodes != 2 || a.Desired != 3 || a.Reason == "" || a.UtilityDesired <= 0 {
+		t.Errorf("autoscaling status: %+v (want pool default, 2 nodes, 3 desired, a reason)", a)
+	}
+	if s := st.String(); !strings.Contains(s, "autoscaling: pool default: 2 nodes, desired 3") {
+		t.Errorf("status text lacks the autoscaling line:\n%s", s)
+	}
+	var table strings.Builder
+	if err := jobs.WriteStatusTable(&table, st, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "autoscaling: pool default: 2 nodes, desired 3; utility ") {
+		t.Errorf("pollux status lacks the autoscaling line:\n%s", table.String())
+	}
+	var b strings.Builder
+	if err := tel.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := `pollux_cluster_desired_nodes{gpu_type="",node_pool="default"} 3`; !strings.Contains(b.String(), want) {
+		t.Errorf("metrics lack %s", want)
+	}
+	if err := c.SetConfig(jobs.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Minute)
+	if st := f.round(c); len(st.Autoscaling) != 0 {
+		t.Errorf("autoscaling status without the block: %+v", st.Autoscaling)
+	}
+	b.Reset()
+	if err := tel.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "pollux_cluster_desired_nodes{") {
+		t.Errorf("the desired count is still published without the block")
+	}
+}
+
+// TestMergeHCLRefusesBadAutoscaling: a bad autoscaling value in the
+// agent's configuration file is refused with the file, line and field.
+func TestMergeHCLRefusesBadAutoscaling(t *testing.T) {
+	_, err := jobs.DefaultConfig().MergeHCL([]byte(`interval = "60s"
+autoscaling {
+  low = 1.5
+  pool "gpu" {
+    gpus_per_node = 4
+    min_nodes     = 9
+    max_nodes     = 8
+  }
+}
+`), "agent.hcl")
+	if err == nil {
+		t.Fatal("bad autoscaling accepted")
+	}
+	for _, want := range []string{"agent.hcl:3", "autoscaling.low", "agent.hcl:6", "min_nodes: 9 exceeds max_nodes 8"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}

@@ -70,7 +70,9 @@ const maxHCLDiagnostics = 8
 // result. An unknown attribute or block, a value of the wrong type, an
 // expression that needs variables or functions, a bad duration and an
 // invalid value are errors that give filename, line and column and name
-// the field. An empty file changes nothing. On error c is unchanged.
+// the field. An empty file changes nothing. An autoscaling block sets
+// Autoscale (ParseAutoscaleHCL; without one Autoscale is kept). On error
+// c is unchanged.
 func (c Config) MergeHCL(src []byte, filename string) (Config, error) {
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
@@ -78,16 +80,38 @@ func (c Config) MergeHCL(src []byte, filename string) (Config, error) {
 	}
 	body := file.Body.(*hclsyntax.Body) // what hclsyntax.ParseConfig returns
 	attrs := attributes(body)
+	// The autoscaling block has a parser of its own (ParseAutoscaleHCL).
+	rest := *body
+	rest.Blocks = nil
+	scaling := false
+	for _, b := range body.Blocks {
+		if b.Type == "autoscaling" {
+			scaling = true
+			continue
+		}
+		rest.Blocks = append(rest.Blocks, b)
+	}
 	var d configDoc
-	if diags := gohcl.DecodeBody(body, nil, &d); diags.HasErrors() {
+	if diags := gohcl.DecodeBody(&rest, nil, &d); diags.HasErrors() {
 		return c, fmt.Errorf("invalid configuration: %w", diagError(diags, attrs))
 	}
-	return c.merge(&d, func(field string) string {
+	var scaler AutoscaleConfig
+	if scaling {
+		var err error
+		if scaler, err = ParseAutoscaleHCL(src, filename); err != nil {
+			return c, err
+		}
+	}
+	out, err := c.merge(&d, func(field string) string {
 		if a, ok := attrs[field]; ok {
 			return a.Expr.Range().String() + ": "
 		}
 		return ""
 	})
+	if err == nil && scaling {
+		out.Autoscale = scaler
+	}
+	return out, err
 }
 
 // attributes returns the body's attributes and those of its blocks, by

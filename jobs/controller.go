@@ -117,6 +117,9 @@ type Controller struct {
 	// typer maps GPU model names to types, remembering the names it
 	// logged as unknown.
 	typer gpuTyper
+	// autoscaler publishes each node pool's desired node count (nil until
+	// a round's configuration has an autoscaling block).
+	autoscaler *ClusterAutoscaler
 }
 
 // New returns a controller with configuration cfg.

@@ -76,6 +76,10 @@ type Node struct {
 	ID string
 	// Name is the node's name, for logs.
 	Name string
+	// NodePool is the node's Nomad node pool ("" where the cluster does
+	// not say; the autoscaler then counts it in Config.NodePool, else in
+	// "default").
+	NodePool string
 	// GPUs is the number of healthy instances of the configured device.
 	GPUs int
 	// UsedByOthers counts the GPUs held by allocations of jobs the

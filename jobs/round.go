@@ -93,6 +93,11 @@ func (c *Controller) Round(ctx context.Context, apply bool) (*Status, error) {
 	}
 	c.lap(r, "optimize", t0)
 	t0 = c.now()
+	c.autoscale(r)
+	if r.cfg.Autoscale.Enabled {
+		c.lap(r, "autoscale", t0)
+		t0 = c.now()
+	}
 	in := c.planInput(r)
 	p := MakePlan(in)
 	c.lap(r, "plan", t0)

@@ -24,6 +24,14 @@ func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 	}
 	fmt.Fprintf(&b, "round %d at %s by %s (dry run: %v): %d nodes, %d GPUs, %d conflicts; phases ms:%s\n",
 		s.Round, s.Time.Format(time.RFC3339), by, s.DryRun, s.Nodes, s.GPUs, s.Conflicts, timingsText(s.Timings))
+	for _, a := range s.Autoscaling {
+		pool := oneLine(a.NodePool, 60)
+		if a.GPUType != "" {
+			pool += " (" + oneLine(a.GPUType, 60) + ")"
+		}
+		fmt.Fprintf(&b, "autoscaling: pool %s: %d nodes, desired %d; utility %.2f now, %.2f at the desired size: %s\n",
+			pool, a.Nodes, a.Desired, a.UtilityNow, a.UtilityDesired, oneLine(a.Reason, 200))
+	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tGPUS\tPLACEMENT\tBATCH\tLR\tACCUM\tSPEEDUP\tRESTARTS\tAGE\tREASON")
 	for _, j := range s.Jobs {

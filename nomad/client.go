@@ -652,7 +652,7 @@ func (c *Client) nodes(ctx context.Context, tagged map[jobs.JobRef]bool) ([]jobs
 			model = ""
 		}
 		index[s.ID] = len(out)
-		out = append(out, jobs.Node{ID: s.ID, Name: s.Name, GPUs: gpus, GPUModel: model})
+		out = append(out, jobs.Node{ID: s.ID, Name: s.Name, NodePool: s.NodePool, GPUs: gpus, GPUModel: model})
 	}
 	if len(out) == 0 {
 		return out, nil

@@ -47,7 +47,8 @@ func testSnapshot() *Snapshot {
 	explainHostile := jobs.Explain(jobs.ExplainInput{State: jobs.StateInvalid, Error: "pollux_init_batch_size: not an integer: \"<script>alert(1)</script>\""})
 	st := &jobs.Status{Round: 42, Time: t0, Instance: "host-a/alloc-1", Term: 7, Nodes: 2, GPUs: 6,
 		Policy: "pollux", Settings: []jobs.EffectiveSetting{{Key: "fairness_p", Value: "-1", Set: true}, {Key: "pollux.growth_hysteresis", Value: "0.3"}},
-		Timings: map[string]float64{"snapshot": 3, "fit": 1, "optimize": 20, "apply": 5, "total": 29},
+		Autoscaling: []contract.AutoscalePool{{NodePool: "gpu", Nodes: 2, Desired: 3, UtilityNow: 0.91, UtilityDesired: 0.84, Reason: "node 3 adds 0.75 speedup per GPU (target 0.65)"}},
+		Timings:     map[string]float64{"snapshot": 3, "fit": 1, "optimize": 20, "apply": 5, "total": 29},
 		NodeMap: []jobs.NodeStatus{
 			{ID: "n1", Name: "client-1", GPUs: 4, Other: 1, OtherJobs: []contract.OtherJob{{Job: "analytics/notebook", GPUs: 1}}},
 			// Two GPUs held by others, one of them by a job the status names.
@@ -111,6 +112,8 @@ func TestOverview(t *testing.T) {
 		// Jobs Pollux does not manage are named in the legend and in their GPUs' titles.
 		"etl-nightly (1, not a Pollux job)",
 		// The policy's effective settings, and where each comes from.
+		// The desired cluster size and why.
+		`<tr data-pool="gpu"><td>gpu</td><td></td><td class="num">2</td><td class="num">3</td><td class="num">0.91</td><td class="num">0.84</td><td class="reason">node 3 adds 0.75 speedup per GPU (target 0.65)</td>`,
 		"Policy: pollux", `<tr data-setting="fairness_p"><td>fairness_p</td><td class="num">-1</td><td>configuration</td>`,
 		`<tr data-setting="pollux.growth_hysteresis"><td>pollux.growth_hysteresis</td><td class="num">0.3</td><td>default for this cluster</td>`, "notebook (1, not a Pollux job)", "<title>GPU 2: etl-nightly (not a Pollux job)</title>", "<title>GPU 3: a job Pollux does not manage</title>"} {
 		if !strings.Contains(body, s) {

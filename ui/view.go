@@ -113,6 +113,9 @@ type overview struct {
 	// cluster).
 	Policy   string
 	Settings []jobs.EffectiveSetting
+	// Autoscaling is the last round's desired node count per node pool
+	// and GPU type, with its reason (empty without autoscaling).
+	Autoscaling []contract.AutoscalePool
 }
 
 // palette holds distinct colours for the first jobs (in name order);
@@ -273,7 +276,7 @@ func newOverview(s *Snapshot, now time.Time, refresh time.Duration) overview {
 	colors := jobColors(s.Status)
 	o := overview{header: newHeader(s, now, refresh), Map: buildMap(s.Status, colors)}
 	if st := s.Status; st != nil {
-		o.Policy, o.Settings = st.Policy, st.Settings
+		o.Policy, o.Settings, o.Autoscaling = st.Policy, st.Settings, st.Autoscaling
 		names := nodeNames(st)
 		for _, j := range st.Jobs {
 			r := newJobRow(j, s.Jobs[j.Job], now, names)
