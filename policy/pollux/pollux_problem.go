@@ -211,43 +211,97 @@ func (s *spState) copyFrom(o *spState) {
 }
 
 // pack appends to dst row j of x with its GPUs on as few nodes as the
-// other rows of x leave room for: the nodes with the most free GPUs first
-// (the row's own GPUs count as free), in node order on ties, then sorted
-// by node as a row is. Nodes of another GPU type than the row's first
-// node's are not used.
+// other rows of x leave room for (the row's own GPUs count as free), then
+// sorted by node as a row is. While no node holds what is left to place,
+// it takes the node with the most free GPUs; the rest goes to the node
+// whose free GPUs fit it most tightly, so that whole free nodes stay whole
+// for the jobs that need them. If the packed row spans several nodes, its
+// nodes hold no other distributed job (interference avoidance would take
+// the GPUs back). On ties, nodes the row already uses come first, then
+// node order. Nodes of another GPU type than the row's first node's are
+// not used.
 func (pr *polluxProblem) pack(dst []uint32, x *spState, j int) []uint32 {
 	free := make([]int32, pr.cols)
 	copy(free, pr.capacity[:pr.cols])
+	dist := make([]bool, pr.cols)
+	for n := range pr.cols {
+		dist[n] = pr.avoid && n < len(pr.cnt0) && pr.cnt0[n] > 0
+	}
 	for k := range pr.rows {
 		if k == j {
 			continue
 		}
-		for _, e := range x.row(k) {
+		r := x.row(k)
+		for _, e := range r {
 			free[spNode(e)] -= spGPUs(e)
+			if pr.avoid && len(r) > 1 {
+				dist[spNode(e)] = true
+			}
 		}
 	}
 	row := x.row(j)
 	var need int32
+	own := make(map[int32]bool, len(row))
 	for _, e := range row {
 		need += spGPUs(e)
+		own[spNode(e)] = true
 	}
 	typ := pr.nodeType[spNode(row[0])]
-	nodes := make([]int32, 0, pr.cols)
+	var nodes []int32
 	for n := range int32(pr.cols) {
 		if free[n] > 0 && (!pr.typed || pr.nodeType[n] == typ) {
+			free[n] = min(free[n], polluxMaxNodeGPUs)
 			nodes = append(nodes, n)
 		}
 	}
-	slices.SortStableFunc(nodes, func(a, b int32) int { return int(free[b] - free[a]) })
-	for _, n := range nodes {
-		if need == 0 {
+	// better tells whether node a is a better choice than node b for the
+	// next part of the row, need GPUs still to place.
+	better := func(a, b int32, need int32) bool {
+		fa, fb := free[a] >= need, free[b] >= need
+		if fa != fb {
+			return fa
+		}
+		if free[a] != free[b] {
+			if fa {
+				return free[a] < free[b]
+			}
+			return free[a] > free[b]
+		}
+		if own[a] != own[b] {
+			return own[a]
+		}
+		return a < b
+	}
+	start := len(dst)
+	for need > 0 {
+		pick := int32(-1)
+		for _, n := range nodes {
+			if free[n] == 0 {
+				continue
+			}
+			// A part that leaves GPUs to place elsewhere, or the last
+			// part of a row already on other nodes, makes the row
+			// distributed: nodes with another distributed job are out.
+			if dist[n] && (free[n] < need || len(dst) > start) {
+				continue
+			}
+			if pick < 0 || better(n, pick, need) {
+				pick = n
+			}
+		}
+		if pick < 0 {
 			break
 		}
-		v := min(free[n], need, polluxMaxNodeGPUs)
-		dst = append(dst, spEntry(n, v))
+		v := min(free[pick], need)
+		dst = append(dst, spEntry(pick, v))
+		free[pick] = 0
 		need -= v
 	}
-	slices.Sort(dst)
+	if need > 0 {
+		// Not placeable without interference: leave the row as it is.
+		return append(dst[:start], row...)
+	}
+	slices.Sort(dst[start:])
 	return dst
 }
 

@@ -57,16 +57,45 @@ func TestSettle(t *testing.T) {
 	}
 }
 
-// TestPack: a row is packed on the nodes the other rows leave most room
-// on, in node order on ties.
+// TestPack: a row that no node holds takes the node with the most room
+// (of equals, one it already uses), and its rest goes where it fits most
+// tightly, so that whole free nodes stay whole; a part of a row on
+// several nodes avoids the nodes of another distributed job.
 func TestPack(t *testing.T) {
-	pr := &polluxProblem{rows: 2, cols: 4, capacity: []int32{4, 4, 4, 4}, nodeType: []int32{0, 0, 0, 0}}
+	pr := &polluxProblem{rows: 2, cols: 4, capacity: []int32{4, 4, 4, 4}, nodeType: []int32{0, 0, 0, 0}, avoid: true}
 	var x spState
 	// Row 0 holds 3 GPUs of n0; row 1 has 1 on n0, 1 on n1 and 3 on n3.
 	x.setDense([]uint8{3, 0, 0, 0, 1, 1, 0, 3}, 2, 4)
 	got := pr.pack(nil, &x, 1)
-	want := []uint32{spEntry(1, 4), spEntry(2, 1)}
+	want := []uint32{spEntry(0, 1), spEntry(1, 4)}
 	if !slices.Equal(got, want) {
-		t.Errorf("pack = %v, want %v (n1:4 n2:1)", got, want)
+		t.Errorf("pack = %v, want %v (n0:1 n1:4)", got, want)
+	}
+
+	// Row 0 spans n0 and n1 (2 GPUs each), row 1 holds 2 GPUs of n5,
+	// row 2 has 2 GPUs on each of n2, n3 and n4.
+	pr = &polluxProblem{rows: 3, cols: 6, capacity: []int32{4, 4, 4, 4, 4, 4}, nodeType: make([]int32, 6), avoid: true}
+	x.setDense([]uint8{
+		2, 2, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 2,
+		0, 0, 2, 2, 2, 0,
+	}, 3, 6)
+	got = pr.pack(nil, &x, 2)
+	want = []uint32{spEntry(2, 4), spEntry(5, 2)}
+	if !slices.Equal(got, want) {
+		t.Errorf("pack = %v, want %v (n2:4 n5:2: not n0, whose distributed job would lose its GPUs, nor a whole node)", got, want)
+	}
+
+	// A row that fits one node goes to the tightest one, even one with a
+	// distributed job.
+	x.setDense([]uint8{
+		2, 2, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 0,
+		0, 0, 1, 1, 0, 0,
+	}, 3, 6)
+	got = pr.pack(nil, &x, 2)
+	want = []uint32{spEntry(0, 2)}
+	if !slices.Equal(got, want) {
+		t.Errorf("pack = %v, want %v (n0:2)", got, want)
 	}
 }
