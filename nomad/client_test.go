@@ -574,21 +574,21 @@ func TestNodes(t *testing.T) {
 		want []jobs.Node
 	}{
 		"all nodes": {nomad.Config{}, []jobs.Node{
-			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 0},
-			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 3, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}}},
+			{ID: ids["client-1"], Name: "client-1", NodePool: "default", GPUs: 4, UsedByOthers: 0},
+			{ID: ids["client-2"], Name: "client-2", NodePool: "default", GPUs: 4, UsedByOthers: 3, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}}},
 		}},
 		"device given as type only": {nomad.Config{Device: "file"}, []jobs.Node{
-			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 0},
-			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 3, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}}},
+			{ID: ids["client-1"], Name: "client-1", NodePool: "default", GPUs: 4, UsedByOthers: 0},
+			{ID: ids["client-2"], Name: "client-2", NodePool: "default", GPUs: 4, UsedByOthers: 3, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}}},
 		}},
 		"another device type": {nomad.Config{Device: "nvidia/gpu"}, []jobs.Node{
-			{ID: ids["client-1"], Name: "client-1"},
-			{ID: ids["client-2"], Name: "client-2"},
+			{ID: ids["client-1"], Name: "client-1", NodePool: "default"},
+			{ID: ids["client-2"], Name: "client-2", NodePool: "default"},
 		}},
 		"another node pool": {nomad.Config{NodePool: "gpu-pool"}, nil},
 		"only another namespace managed: the tagged job counts as others'": {nomad.Config{Namespaces: []string{"other"}}, []jobs.Node{
-			{ID: ids["client-1"], Name: "client-1", GPUs: 4, UsedByOthers: 2, OtherJobs: []contract.OtherJob{{Job: own, GPUs: 2}}},
-			{ID: ids["client-2"], Name: "client-2", GPUs: 4, UsedByOthers: 4, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}, {Job: own, GPUs: 1}}},
+			{ID: ids["client-1"], Name: "client-1", NodePool: "default", GPUs: 4, UsedByOthers: 2, OtherJobs: []contract.OtherJob{{Job: own, GPUs: 2}}},
+			{ID: ids["client-2"], Name: "client-2", NodePool: "default", GPUs: 4, UsedByOthers: 4, OtherJobs: []contract.OtherJob{{Job: other, GPUs: 3}, {Job: own, GPUs: 1}}},
 		}},
 	}
 	for name, tc := range tests {
