@@ -314,25 +314,33 @@ func TestLeaderCleanupAfterOutage(t *testing.T) {
 	}
 }
 
-// BenchmarkPutMany compares a round's batch of 200 state writes without
-// and with the term's check (one more operation per transaction of 63).
-func BenchmarkPutMany(b *testing.B) {
+// benchLeader returns a client on a fresh prefix of the local Consul and
+// its leader, holding the lock; both are cleaned up after the benchmark.
+func benchLeader(b *testing.B) (*consul.Client, *consul.Leader) {
+	b.Helper()
 	raw, err := api.NewClient(api.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
 	prefix := fmt.Sprintf("pollux-bench/%d/", time.Now().UnixNano())
-	defer raw.KV().DeleteTree(prefix, nil)
+	b.Cleanup(func() { _, _ = raw.KV().DeleteTree(prefix, nil) })
 	c, err := consul.New(raw, consul.Config{Prefix: prefix, Instance: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	l := c.Leader()
-	ctx := context.Background()
-	if _, err := l.Acquire(ctx); err != nil {
+	if _, err := l.Acquire(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	defer l.Release(ctx)
+	b.Cleanup(func() { _ = l.Release(context.Background()) })
+	return c, l
+}
+
+// BenchmarkPutMany compares a round's batch of 200 state writes without
+// and with the term's check (one more operation per transaction of 63).
+func BenchmarkPutMany(b *testing.B) {
+	c, l := benchLeader(b)
+	ctx := context.Background()
 	pairs := make([]contract.KVPair, 200)
 	for i := range pairs {
 		pairs[i] = contract.KVPair{Key: fmt.Sprintf("jobs/default/j%03d/state", i), Value: make([]byte, 600)}
@@ -358,22 +366,8 @@ func BenchmarkPutMany(b *testing.B) {
 // transaction with the term's check-session first): the write-ahead record
 // and state of each job a round changes take one each.
 func BenchmarkCAS(b *testing.B) {
-	raw, err := api.NewClient(api.DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	prefix := fmt.Sprintf("pollux-bench/%d/", time.Now().UnixNano())
-	defer raw.KV().DeleteTree(prefix, nil)
-	c, err := consul.New(raw, consul.Config{Prefix: prefix, Instance: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := c.Leader()
+	c, l := benchLeader(b)
 	ctx := context.Background()
-	if _, err := l.Acquire(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer l.Release(ctx)
 	value := make([]byte, 600)
 	for _, v := range []struct {
 		name string
