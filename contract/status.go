@@ -97,6 +97,10 @@ type AutoscalePool struct {
 	UtilityNow     float64 `json:"utility_now"`
 	UtilityDesired float64 `json:"utility_desired"`
 	Reason         string  `json:"reason"`
+	// Emptying names (by node name) the nodes the controller is emptying (no job is
+	// placed there) so that the autoscaler removes them empty: the
+	// pool's surplus over Desired, those holding the fewest GPUs.
+	Emptying []string `json:"emptying,omitempty"`
 }
 
 // Setting is one effective policy setting: Key its name in the agent's

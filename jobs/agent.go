@@ -99,6 +99,11 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 			}
 			cfg = merged
 		}
+		if err := o.Controller.CheckConfig(ctx, cfg); err != nil {
+			log.Error("invalid configuration; keeping the last good one", "error", err)
+			o.configured(Config{}, err)
+			continue
+		}
 		if err := o.Controller.SetConfig(cfg); err != nil {
 			log.Error("invalid configuration; keeping the last good one", "error", err)
 			o.configured(Config{}, err)

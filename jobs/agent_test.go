@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,74 @@ func TestAgentHotReload(t *testing.T) {
 	put(`{"interval": "20s", "policy": "tiresias"}`)
 	if got := next(t, configs); got.err != nil || c.Config().Interval != 20*time.Second || c.Config().Policy != "tiresias" {
 		t.Fatalf("good document after bad ones: %+v, controller %+v", got, c.Config())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+}
+
+// TestAgentAutoscalingFromConsul: the autoscaling section may come from
+// the configuration document in Consul; a document with a bad section
+// (min above max, a band outside (0, 1), a node pool Nomad does not have)
+// is refused with the field named, and the agent keeps the last good
+// configuration, autoscaling included.
+func TestAgentAutoscalingFromConsul(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4})
+	f.lock.Lose()
+	c := f.controller("agent")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	configs := make(chan configured, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- jobs.RunAgent(ctx, jobs.AgentOptions{
+			Controller: c, Leadership: f.lock, KV: f.kv, Base: f.cfg, Clock: f.clock,
+			OnConfig: func(cfg jobs.Config, err error) { configs <- configured{cfg, err} },
+		})
+	}()
+	put := func(doc string) configured {
+		t.Helper()
+		if err := f.kv.Put(ctx, contract.ConfigKey, []byte(doc)); err != nil {
+			t.Fatal(err)
+		}
+		return next(t, configs)
+	}
+	good := `{"autoscaling": {"low": 0.4, "high": 0.7, "scale_down_delay": "1m", "pool": [{"name": "default", "gpus_per_node": 4, "min_nodes": 1, "max_nodes": 3}]}}`
+	got := put(good)
+	if got.err != nil {
+		t.Fatalf("good document refused: %v", got.err)
+	}
+	a := c.Config().Autoscale
+	if !a.Enabled || a.Scaler.Low != 0.4 || a.Scaler.High != 0.7 || a.Scaler.ScaleDownDelay != 60 || len(a.Scaler.Pools) != 1 || a.Scaler.Pools[0].MaxNodes != 3 || a.Scaler.Pools[0].MinNodes != 1 {
+		t.Fatalf("autoscaling from consul: %+v", a)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{`{"autoscaling": {"pool": [{"name": "default", "gpus_per_node": 4, "min_nodes": 5, "max_nodes": 2}]}}`, `autoscaling.pool "default".min_nodes: 5 exceeds max_nodes 2`},
+		{`{"autoscaling": {"high": 1.5, "pool": [{"name": "default", "gpus_per_node": 4, "max_nodes": 2}]}}`, "autoscaling.high: 1.5 is outside (0, 1)"},
+		{`{"autoscaling": {"low": 0, "pool": [{"name": "default", "gpus_per_node": 4, "max_nodes": 2}]}}`, "autoscaling.low: 0 is outside (0, 1)"},
+		{`{"autoscaling": {"pool": [{"name": "gpu", "gpus_per_node": 4, "max_nodes": 2}]}}`, `autoscaling.pool "gpu": unknown node pool`},
+		{`{"autoscaling": {"pool": [{"name": "default", "gpus_per_node": 4, "max_nodes": 2, "colour": 1}]}}`, `unknown field "colour"`},
+		{`{"autoscaling": {}}`, "autoscaling: at least one pool is needed"},
+	} {
+		got := put(tc.doc)
+		if got.err == nil || !strings.Contains(got.err.Error(), tc.want) {
+			t.Errorf("%s:\n got %v\nwant %q", tc.doc, got.err, tc.want)
+		}
+		if cur := c.Config().Autoscale; !reflect.DeepEqual(cur, a) {
+			t.Errorf("after %s the controller has %+v, want the last good %+v", tc.doc, cur, a)
+		}
+	}
+	// Once Nomad has the pool, the same section is taken.
+	f.cluster.AddNodePool("gpu")
+	if got := put(`{"autoscaling": {"pool": [{"name": "gpu", "gpus_per_node": 8, "max_nodes": 2}]}}`); got.err != nil {
+		t.Fatalf("known pool refused: %v", got.err)
+	}
+	if p := c.Config().Autoscale.Scaler.Pools; len(p) != 1 || p[0].Name != "gpu" || p[0].Template.GPUsPerNode != 8 {
+		t.Errorf("pools %+v", p)
+	}
+	if got := put(`{"autoscaling": {"enabled": false}}`); got.err != nil || c.Config().Autoscale.Enabled {
+		t.Errorf("enabled false: %+v, controller %+v", got, c.Config().Autoscale)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -46,22 +46,31 @@ type AutoscaleConfig struct {
 	Scaler autoscale.Config
 }
 
-// autoscaleDoc is the HCL form of AutoscaleConfig.
+// autoscaleDoc is the document form of AutoscaleConfig: the HCL block
+// of the agent's file and the "autoscaling" object of the JSON document
+// (the KV configuration), where the pools are a list of objects with a
+// "name":
+//
+//	"autoscaling": {"low": 0.5, "high": 0.8, "scale_down_delay": "10m",
+//	  "pool": [{"name": "gpu", "gpus_per_node": 4, "max_nodes": 16}]}
+//
+// "enabled": false turns autoscaling off (its series are removed).
 type autoscaleDoc struct {
-	Low             *float64           `hcl:"low,optional"`
-	High            *float64           `hcl:"high,optional"`
-	Rule            *string            `hcl:"rule,optional"`
-	ScaleDownDelay  *string            `hcl:"scale_down_delay,optional"`
-	ScaleUpCooldown *string            `hcl:"scale_up_cooldown,optional"`
-	Pools           []autoscalePoolDoc `hcl:"pool,block"`
+	Enabled         *bool              `json:"enabled" hcl:"enabled,optional"`
+	Low             *float64           `json:"low" hcl:"low,optional"`
+	High            *float64           `json:"high" hcl:"high,optional"`
+	Rule            *string            `json:"rule" hcl:"rule,optional"`
+	ScaleDownDelay  *string            `json:"scale_down_delay" hcl:"scale_down_delay,optional"`
+	ScaleUpCooldown *string            `json:"scale_up_cooldown" hcl:"scale_up_cooldown,optional"`
+	Pools           []autoscalePoolDoc `json:"pool" hcl:"pool,block"`
 }
 
 type autoscalePoolDoc struct {
-	Name        string  `hcl:"name,label"`
-	GPUType     *string `hcl:"gpu_type,optional"`
-	GPUsPerNode int     `hcl:"gpus_per_node"`
-	MinNodes    *int    `hcl:"min_nodes,optional"`
-	MaxNodes    int     `hcl:"max_nodes"`
+	Name        string  `json:"name" hcl:"name,label"`
+	GPUType     *string `json:"gpu_type" hcl:"gpu_type,optional"`
+	GPUsPerNode int     `json:"gpus_per_node" hcl:"gpus_per_node"`
+	MinNodes    *int    `json:"min_nodes" hcl:"min_nodes,optional"`
+	MaxNodes    int     `json:"max_nodes" hcl:"max_nodes"`
 }
 
 // ParseAutoscaleHCL reads the autoscaling block of an agent configuration
@@ -97,6 +106,28 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 		}
 		return block.DefRange.String() + ": "
 	}
+	poolAt := func(i int, field string) string {
+		pb := body.Blocks[poolBlockIndex(body, i)]
+		if a, ok := pb.Body.Attributes[field]; ok {
+			return a.Expr.Range().String() + ": "
+		}
+		return pb.DefRange().String() + ": "
+	}
+	cfg, err := d.config(at, poolAt)
+	if err != nil {
+		return AutoscaleConfig{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// config checks the document and returns its configuration. Each error
+// names its field (autoscaling.low, autoscaling.pool "gpu".max_nodes),
+// preceded by at(field) or poolAt(pool index, field): where the document
+// set it ("" where unknown).
+func (d *autoscaleDoc) config(at func(field string) string, poolAt func(i int, field string) string) (AutoscaleConfig, error) {
+	if d.Enabled != nil && !*d.Enabled {
+		return AutoscaleConfig{}, nil
+	}
 	cfg := AutoscaleConfig{Enabled: true}
 	var errs []error
 	if d.Low != nil {
@@ -114,7 +145,7 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 	if d.Rule != nil {
 		cfg.Scaler.Rule = *d.Rule
 		if *d.Rule != autoscale.RuleAverage && *d.Rule != autoscale.RuleMarginal {
-			errs = append(errs, fmt.Errorf("%sautoscaling.rule: unknown %q (want %s or %s)", at("rule"), *d.Rule, autoscale.RuleAverage, autoscale.RuleMarginal))
+			errs = append(errs, fmt.Errorf("%sautoscaling.rule: unknown %q (want %s or %s)", at("rule"), truncate(*d.Rule), autoscale.RuleAverage, autoscale.RuleMarginal))
 		}
 	}
 	for _, f := range []struct {
@@ -127,7 +158,7 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 		}
 		dur, err := time.ParseDuration(*f.v)
 		if err != nil || dur < 0 {
-			errs = append(errs, fmt.Errorf("%sautoscaling.%s: %q is not a non-negative duration such as \"10m\"", at(f.name), f.name, *f.v))
+			errs = append(errs, fmt.Errorf("%sautoscaling.%s: %q is not a non-negative duration such as \"10m\"", at(f.name), f.name, truncate(*f.v)))
 			continue
 		}
 		*f.dst = dur.Seconds()
@@ -137,14 +168,8 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 	}
 	seen := map[string]bool{}
 	for i, p := range d.Pools {
-		pb := body.Blocks[poolBlockIndex(body, i)]
-		pat := func(field string) string {
-			if a, ok := pb.Body.Attributes[field]; ok {
-				return a.Expr.Range().String() + ": "
-			}
-			return pb.DefRange().String() + ": "
-		}
-		where := fmt.Sprintf("autoscaling.pool %q", p.Name)
+		pat := func(field string) string { return poolAt(i, field) }
+		where := fmt.Sprintf("autoscaling.pool %q", truncate(p.Name))
 		pool := autoscale.Pool{Name: p.Name, Template: autoscale.Template{GPUsPerNode: p.GPUsPerNode}, MaxNodes: p.MaxNodes}
 		if p.GPUType != nil {
 			pool.Template.Type = *p.GPUType
@@ -156,6 +181,8 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 		switch {
 		case p.Name == "":
 			errs = append(errs, fmt.Errorf("%s%s: empty pool name", pat(""), where))
+		case len(p.Name) > maxConfigString:
+			errs = append(errs, fmt.Errorf("%s%s: pool name longer than %d bytes", pat(""), where, maxConfigString))
 		case seen[key]:
 			errs = append(errs, fmt.Errorf("%s%s: pool and GPU type %q given twice", pat(""), where, pool.Template.Type))
 		}
@@ -175,13 +202,13 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 		cfg.Scaler.Pools = append(cfg.Scaler.Pools, pool)
 	}
 	if len(d.Pools) == 0 {
-		errs = append(errs, fmt.Errorf("%sautoscaling: at least one pool block is needed", block.DefRange.String()+": "))
+		errs = append(errs, fmt.Errorf("%sautoscaling: at least one pool is needed", at("")))
 	}
 	if cfg.Scaler.Low != 0 && cfg.Scaler.High != 0 && cfg.Scaler.Low >= cfg.Scaler.High {
 		errs = append(errs, fmt.Errorf("%sautoscaling.low: %v must be below high %v", at("low"), cfg.Scaler.Low, cfg.Scaler.High))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return AutoscaleConfig{}, fmt.Errorf("invalid configuration: %w", err)
+		return AutoscaleConfig{}, err
 	}
 	// Pool names are unique per GPU type here; the policy wants one name
 	// per pool entry.
@@ -189,7 +216,7 @@ func ParseAutoscaleHCL(src []byte, filename string) (AutoscaleConfig, error) {
 		cfg.Scaler.Pools[i].Name = poolKey(cfg.Scaler.Pools[i].Name, cfg.Scaler.Pools[i].Template.Type)
 	}
 	if err := cfg.Scaler.Validate(); err != nil {
-		return AutoscaleConfig{}, fmt.Errorf("%s: invalid configuration: %w", block.DefRange, err)
+		return AutoscaleConfig{}, fmt.Errorf("autoscaling: %w", err)
 	}
 	return cfg, nil
 }
@@ -254,8 +281,9 @@ type ClusterAutoscaler struct {
 	desired *prometheus.GaugeVec
 	utility *prometheus.GaugeVec
 
-	mu   sync.Mutex
-	last []AutoscaleStatus
+	mu       sync.Mutex
+	last     []AutoscaleStatus
+	emptying map[string]bool
 }
 
 // NewClusterAutoscaler returns the autoscaler of cfg, its gauges
@@ -293,6 +321,10 @@ type PoolNode struct {
 	NodePool, Type string
 	// ID identifies the node (policy.Node.ID).
 	ID string
+	// Name is the node's name, for the status ("" gives the ID).
+	Name string
+	// Others is the GPUs jobs Pollux does not manage hold on it.
+	Others int
 }
 
 // Round decides every pool's desired count from the round's jobs (as the
@@ -301,17 +333,27 @@ type PoolNode struct {
 func (a *ClusterAutoscaler) Round(now time.Time, jobs []policy.Job, nodes []PoolNode, alloc policy.Allocations) []AutoscaleStatus {
 	in := autoscale.Input{Now: float64(now.UnixNano()) / 1e9, Jobs: jobs, Nodes: map[string]int{}, JobPool: map[string]string{}}
 	poolOf := map[string]string{}
+	members := map[string][]string{}
+	used := map[string]int{}
+	names := map[string]string{}
 	for _, n := range nodes {
+		names[n.ID] = cmp.Or(n.Name, n.ID)
 		k := poolKey(n.NodePool, n.Type)
 		in.Nodes[k]++
 		poolOf[n.ID] = k
+		members[k] = append(members[k], n.ID)
+		used[n.ID] = n.Others
 	}
 	for id, al := range alloc {
 		if len(al) > 0 {
 			in.JobPool[id] = poolOf[al[0]]
 		}
+		for _, n := range al {
+			used[n]++
+		}
 	}
 	var out []AutoscaleStatus
+	emptying := map[string]bool{}
 	for i, d := range a.scaler.Decide(in) {
 		p := a.cfg.Scaler.Pools[i]
 		pool := p.Name
@@ -321,13 +363,27 @@ func (a *ClusterAutoscaler) Round(now time.Time, jobs []policy.Job, nodes []Pool
 		a.desired.WithLabelValues(pool, p.Template.Type).Set(float64(d.Desired))
 		a.utility.WithLabelValues(pool, p.Template.Type, "now").Set(d.UtilityNow)
 		a.utility.WithLabelValues(pool, p.Template.Type, "desired").Set(d.UtilityDesired)
+		var surplus []string
+		for _, id := range autoscale.Surplus(members[p.Name], used, d.Desired) {
+			emptying[id] = true
+			surplus = append(surplus, names[id])
+		}
 		out = append(out, AutoscaleStatus{NodePool: pool, GPUType: p.Template.Type, Nodes: in.Nodes[p.Name], Desired: d.Desired,
-			UtilityNow: d.UtilityNow, UtilityDesired: d.UtilityDesired, Reason: d.Reason})
+			UtilityNow: d.UtilityNow, UtilityDesired: d.UtilityDesired, Reason: d.Reason, Emptying: surplus})
 	}
 	a.mu.Lock()
-	a.last = out
+	a.last, a.emptying = out, emptying
 	a.mu.Unlock()
 	return out
+}
+
+// Emptying reports whether the last round chose node id to be emptied
+// (its pool is above its desired count): the next round places nothing
+// on it, so that the autoscaler removes it empty.
+func (a *ClusterAutoscaler) Emptying(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.emptying[id]
 }
 
 // reconfigure replaces the configuration; the hysteresis starts afresh
@@ -347,7 +403,7 @@ func (a *ClusterAutoscaler) clear() {
 	a.desired.Reset()
 	a.utility.Reset()
 	a.mu.Lock()
-	a.last = nil
+	a.last, a.emptying = nil, nil
 	a.mu.Unlock()
 }
 
@@ -381,7 +437,7 @@ func (c *Controller) autoscale(r *round) {
 	pool := cmp.Or(r.cfg.NodePool, "default")
 	nodes := make([]PoolNode, 0, len(r.nodes))
 	for _, n := range r.nodes {
-		nodes = append(nodes, PoolNode{NodePool: cmp.Or(n.NodePool, pool), Type: r.nodeType[n.ID], ID: n.ID})
+		nodes = append(nodes, PoolNode{NodePool: cmp.Or(n.NodePool, pool), Type: r.nodeType[n.ID], ID: n.ID, Name: n.Name, Others: n.UsedByOthers})
 	}
 	r.status.Autoscaling = c.autoscaler.Round(r.start, r.in.Jobs, nodes, r.next)
 }

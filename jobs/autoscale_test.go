@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestParseAutoscaleHCLRefusesBadValuesWithFileLineField(t *testing.T) {
 		{"autoscaling {\n  pool \"gpu\" {\n    gpus_per_node = 4\n    min_nodes = 5\n    max_nodes = 2\n  }\n}\n", "agent.hcl:4,17-18: autoscaling.pool \"gpu\".min_nodes: 5 exceeds max_nodes 2"},
 		{"autoscaling {\n  scale_down_delay = \"soon\"\n  pool \"gpu\" {\n    gpus_per_node = 4\n    max_nodes = 2\n  }\n}\n", "agent.hcl:2,22-28: autoscaling.scale_down_delay"},
 		{"autoscaling {\n  pool \"gpu\" {\n    gpus_per_node = 4\n    max_nodes = 2\n    colour = 1\n  }\n}\n", "agent.hcl:5,5-11: Unsupported argument"},
-		{"autoscaling {\n  low = 0.5\n}\n", "autoscaling: at least one pool block is needed"},
+		{"autoscaling {\n  low = 0.5\n}\n", "autoscaling: at least one pool is needed"},
 		{"autoscaling {\n  low = 0.7\n  high = 0.6\n  pool \"gpu\" {\n    gpus_per_node = 4\n    max_nodes = 2\n  }\n}\n", "autoscaling.low: 0.7 must be below high 0.6"},
 	} {
 		_, err := jobs.ParseAutoscaleHCL([]byte(tc.src), "agent.hcl")
@@ -211,5 +212,70 @@ autoscaling {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
+	}
+}
+
+// TestRoundEmptiesSurplusNodes: when a pool is above its desired count,
+// the round names the nodes to empty (those holding the fewest GPUs) and
+// the next round offers the policy no GPU on them, so that the
+// autoscaler, which removes empty nodes, stops no job; once the pool is
+// at its desired count again nothing is emptied.
+func TestRoundEmptiesSurplusNodes(t *testing.T) {
+	f := newFixture(t, map[string]int{"n1": 4, "n2": 4, "n3": 4})
+	cfg, err := jobs.DefaultConfig().MergeHCL([]byte(`
+autoscaling {
+  scale_down_delay = "0s"
+  pool "default" {
+    gpus_per_node = 4
+    min_nodes     = 1
+    max_nodes     = 3
+  }
+}
+`), "agent.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One job that scales to its first allocation's cap (4 GPUs): one node
+	// is wanted. It runs on n1 and n3.
+	f.submit("a", 4)
+	f.policy.set(map[string][]string{"a": {"n1", "n1", "n3", "n3"}})
+	c, err := jobs.New(cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "i1", Fence: f.lock.Verify,
+		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.round(c)
+	if len(st.Autoscaling) != 1 || st.Autoscaling[0].Desired != 1 {
+		t.Fatalf("autoscaling status %+v, want one pool with 1 node desired", st.Autoscaling)
+	}
+	// n2 holds nothing, n1 and n3 two GPUs each: n2 and, of the tie, n3.
+	if got := st.Autoscaling[0].Emptying; !slices.Equal(got, []string{"n2", "n3"}) {
+		t.Fatalf("emptying %v, want [n2 n3]", got)
+	}
+	f.policy.set(map[string][]string{"a": {"n1", "n1", "n1", "n1"}})
+	f.clock.Advance(time.Minute)
+	st = f.round(c)
+	free := map[string]int{}
+	for _, n := range f.policy.lastInput().Nodes {
+		free[n.ID] = n.GPUs
+	}
+	if free["n1"] != 4 || free["n2"] != 0 || free["n3"] != 0 {
+		t.Errorf("the policy was offered %v, want all of n1 and nothing on the emptied n2, n3", free)
+	}
+	// The autoscaler removes the two nodes: nothing left to empty, and
+	// every GPU of the pool is offered again.
+	f.cluster.RemoveNode("n2")
+	f.cluster.RemoveNode("n3")
+	f.clock.Advance(time.Minute)
+	st = f.round(c)
+	if len(st.Autoscaling) != 1 || len(st.Autoscaling[0].Emptying) != 0 || st.Autoscaling[0].Nodes != 1 {
+		t.Errorf("after the removal: %+v", st.Autoscaling)
+	}
+	f.clock.Advance(time.Minute)
+	f.round(c)
+	if n := f.policy.lastInput().Nodes; len(n) != 1 || n[0].GPUs != 4 {
+		t.Errorf("the policy was offered %+v, want n1's 4 GPUs", n)
 	}
 }

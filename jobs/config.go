@@ -140,6 +140,9 @@ type configDoc struct {
 		Workers          *knob  `json:"workers" hcl:"workers,optional"`
 	} `json:"ga" hcl:"ga,block"`
 	Pollux *polluxDoc `json:"pollux" hcl:"pollux,block"`
+	// Autoscaling is read here from JSON only; MergeHCL hands the HCL
+	// block to ParseAutoscaleHCL, which knows its positions.
+	Autoscaling *autoscaleDoc `json:"autoscaling" hcl:"autoscaling,block"`
 }
 
 // MergeJSON applies the fields present in a JSON configuration document
@@ -246,6 +249,14 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 		}
 		if d.GA.Seed != nil {
 			out.Seed = *d.GA.Seed
+		}
+	}
+	if d.Autoscaling != nil {
+		a, err := d.Autoscaling.config(func(string) string { return "" }, func(int, string) string { return "" })
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			out.Autoscale = a
 		}
 	}
 	for _, p := range out.Pollux.merge(d) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -175,6 +176,33 @@ func (c *Controller) SetConfig(cfg Config) error {
 	c.pending = &cfg
 	c.mu.Unlock()
 	return nil
+}
+
+// CheckConfig validates cfg as SetConfig does and, with autoscaling on
+// and a cluster that lists its node pools (NodePoolLister), refuses a
+// configured pool that Nomad does not have. A pool that scales from zero
+// must exist (nomad node pool apply) before its first node. If the pools
+// cannot be listed, the pool check is skipped and its error logged.
+func (c *Controller) CheckConfig(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	l, ok := c.cluster.(NodePoolLister)
+	if !cfg.Autoscale.Enabled || !ok {
+		return nil
+	}
+	pools, err := l.NodePools(ctx)
+	if err != nil {
+		c.log.Warn("could not list node pools to check the autoscaling configuration", "error", err)
+		return nil
+	}
+	if !slices.Contains(pools, "default") {
+		// Every Nomad cluster has the pool "default": a token without
+		// node_pool read sees a filtered list.
+		c.log.Warn("the token cannot read the node pools (node_pool \"*\" read); autoscaling pools not checked", "visible", pools)
+		return nil
+	}
+	return cfg.Autoscale.CheckPools(pools)
 }
 
 func (c *Controller) takeConfig() Config {

@@ -57,6 +57,13 @@ func (s *scripted) Optimize(ctx context.Context, in policy.Input) (policy.Alloca
 	return out, nil
 }
 
+// lastInput is the input of the last Optimize.
+func (s *scripted) lastInput() policy.Input {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
 // set makes the policy give each job ("default/<id>") the listed nodes.
 func (s *scripted) set(alloc map[string][]string) {
 	s.mu.Lock()

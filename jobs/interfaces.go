@@ -222,3 +222,10 @@ type ListedNodes interface {
 type Invalidator interface {
 	Invalidate()
 }
+
+// NodePoolLister is optionally implemented by a Cluster (nomad.Client)
+// that can list the cluster's node pools; with it, CheckConfig refuses an
+// autoscaling pool Nomad does not know.
+type NodePoolLister interface {
+	NodePools(ctx context.Context) ([]string, error)
+}

@@ -56,6 +56,11 @@ func (c *Controller) input(r *round) policy.Input {
 	capacity, perNode := map[string]int{}, map[string]int{}
 	for _, n := range nodes {
 		free := max(n.GPUs-n.UsedByOthers-r.held[n.ID], 0)
+		if r.cfg.Autoscale.Enabled && c.autoscaler != nil && c.autoscaler.Emptying(n.ID) {
+			// Its pool is above the desired count: the autoscaler
+			// removes it once it is empty.
+			free = 0
+		}
 		t := r.nodeType[n.ID]
 		in.Nodes = append(in.Nodes, policy.Node{ID: n.ID, GPUs: free, Type: t})
 		total += free

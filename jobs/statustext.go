@@ -31,6 +31,9 @@ func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 		}
 		fmt.Fprintf(&b, "autoscaling: pool %s: %d nodes, desired %d; utility %.2f now, %.2f at the desired size: %s\n",
 			pool, a.Nodes, a.Desired, a.UtilityNow, a.UtilityDesired, oneLine(a.Reason, 200))
+		if len(a.Emptying) > 0 {
+			fmt.Fprintf(&b, "autoscaling: pool %s: emptying for removal: %s\n", pool, oneLine(strings.Join(a.Emptying, ", "), 300))
+		}
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tGPUS\tPLACEMENT\tBATCH\tLR\tACCUM\tSPEEDUP\tRESTARTS\tAGE\tREASON")

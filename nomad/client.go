@@ -584,6 +584,22 @@ func (c *Client) Nodes(ctx context.Context) ([]jobs.Node, error) {
 	return c.nodes(ctx, nil)
 }
 
+// NodePools lists the names of the cluster's node pools (Nomad 1.6+),
+// against which the controller checks its autoscaling configuration.
+func (c *Client) NodePools(ctx context.Context) ([]string, error) {
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
+	pools, _, err := c.api.NodePools().List(c.query(ctx, ""))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list node pools: %w", Classify(err, "listing node pools", NeedNode))
+	}
+	out := make([]string, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, p.Name)
+	}
+	return out, nil
+}
+
 // NodesFor is Nodes with the jobs the controller manages given (the
 // round's ListJobs), so that they need not be listed again.
 func (c *Client) NodesFor(ctx context.Context, managed []jobs.JobRef) ([]jobs.Node, error) {

@@ -791,3 +791,25 @@ func TestReadLatency(t *testing.T) {
 			list.Round(time.Microsecond), n, read.Round(time.Microsecond), (read / time.Duration(n)).Round(time.Microsecond), nodes.Round(time.Microsecond))
 	}
 }
+
+// TestNodePools: the adapter lists Nomad's node pools: the built-in "all"
+// and "default", and one an operator created with no node in it yet (a
+// pool the autoscaler grows from zero).
+func TestNodePools(t *testing.T) {
+	c, raw := setup(t, nomad.Config{})
+	ctx := ctxFor(t, time.Minute)
+	name := nomadtest.ID("pool")
+	if _, err := raw.NodePools().Register(&api.NodePool{Name: name, Description: "pollux test pool"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = raw.NodePools().Delete(name, nil) })
+	pools, err := c.NodePools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"all", "default", name} {
+		if !slices.Contains(pools, want) {
+			t.Errorf("NodePools() = %v, want %q among them", pools, want)
+		}
+	}
+}

@@ -160,6 +160,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if err := ctrl.CheckConfig(ctx, s.cfg); err != nil {
+		return usageErr("invalid configuration: %v", err)
+	}
 	// The access check gates the agent and feeds /healthz.
 	ao := jobs.AccessOptions{Cluster: s.cluster, KV: s.kv, Session: s.kv, NomadTokenSet: os.Getenv("NOMAD_TOKEN") != "", Logger: s.log}
 	if !s.cfg.DryRun {

@@ -45,3 +45,9 @@ namespace "default" {
 node {
   policy = "read"
 }
+
+# The node pools, against which the agent checks the pools of its
+# autoscaling configuration (Nomad 1.6+).
+node_pool "*" {
+  policy = "read"
+}

@@ -26,6 +26,8 @@ type Cluster struct {
 	mu    sync.Mutex
 	index uint64
 	nodes []jobs.Node
+	// pools are the node pools created without a node (AddNodePool).
+	pools []string
 	jobs  map[jobs.JobRef]*job
 	order []jobs.JobRef
 	// changed is closed (and replaced) on every write.
@@ -112,6 +114,37 @@ func (c *Cluster) AddNode(id string, gpus int) {
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, jobs.Node{ID: id, Name: id, GPUs: gpus})
 	c.schedule()
+}
+
+// RemoveNode takes a node out of the listing, as Nomad stops listing a
+// node that is drained, down or purged (the cloud removed it). The
+// allocations on it are not touched.
+func (c *Cluster) RemoveNode(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes = slices.DeleteFunc(c.nodes, func(n jobs.Node) bool { return n.ID == id })
+}
+
+// AddNodePool creates a node pool (nomad node pool apply), which NodePools
+// lists even while no node is in it.
+func (c *Cluster) AddNodePool(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pools = append(c.pools, name)
+}
+
+// NodePools lists the node pools as Nomad does: "all" and "default", the
+// pools created with AddNodePool and those of the nodes.
+func (c *Cluster) NodePools(ctx context.Context) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := append([]string{"all", "default"}, c.pools...)
+	for _, n := range c.nodes {
+		if n.NodePool != "" && !slices.Contains(out, n.NodePool) {
+			out = append(out, n.NodePool)
+		}
+	}
+	return out, nil
 }
 
 // SetGPUModel sets a node's GPU model name (jobs.Node.GPUModel), as the

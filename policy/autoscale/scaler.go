@@ -1,10 +1,12 @@
 package autoscale
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/pollux-nomad/pollux/policy"
 )
@@ -513,4 +515,28 @@ func (h *gainHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// Surplus picks the nodes of a pool to empty when its desired count is
+// below its size: len(ids)-desired of them (none if desired is not
+// below), those holding the fewest GPUs in use (used, by node ID), ties
+// broken by the larger ID, so that the same input gives the same nodes
+// and nodes already emptied stay chosen. The controller places nothing on
+// them, so that the cloud autoscaler, picking empty nodes, removes them
+// without stopping a job.
+func Surplus(ids []string, used map[string]int, desired int) []string {
+	k := len(ids) - max(desired, 0)
+	if k <= 0 {
+		return nil
+	}
+	order := slices.Clone(ids)
+	slices.SortFunc(order, func(a, b string) int {
+		if c := cmp.Compare(used[a], used[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(b, a)
+	})
+	out := order[:k]
+	slices.Sort(out)
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -348,5 +349,29 @@ func TestMarginalRuleStopsWhereTheNextNodeAddsTooLittle(t *testing.T) {
 	}
 	if err := (Config{Rule: "median", Pools: cfg.Pools}).Validate(); err == nil || !strings.Contains(err.Error(), `rule: unknown "median"`) {
 		t.Errorf("unknown rule: %v", err)
+	}
+}
+
+func TestSurplus(t *testing.T) {
+	ids := []string{"n1", "n2", "n3", "n4"}
+	used := map[string]int{"n1": 4, "n2": 0, "n3": 2, "n4": 0}
+	for _, tc := range []struct {
+		desired int
+		want    []string
+	}{
+		{4, nil},
+		{5, nil},
+		{3, []string{"n4"}},       // the empty node of the larger ID
+		{2, []string{"n2", "n4"}}, // both empty ones
+		{1, []string{"n2", "n3", "n4"}},
+		{0, []string{"n1", "n2", "n3", "n4"}},
+	} {
+		if got := Surplus(ids, used, tc.desired); !slices.Equal(got, tc.want) {
+			t.Errorf("desired %d: Surplus = %v, want %v", tc.desired, got, tc.want)
+		}
+	}
+	// The caller's slice is left as it was.
+	if !slices.Equal(ids, []string{"n1", "n2", "n3", "n4"}) {
+		t.Errorf("ids changed: %v", ids)
 	}
 }
