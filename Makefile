@@ -27,8 +27,9 @@ train-image: ## install and start Docker, build the example job's image (deploy/
 	scripts/install-docker.sh
 	scripts/build-train-image.sh
 
-servers: ## build Consul v1.16.1 and Nomad v1.6.1 once into $$HOME/.cache/pollux
+servers: ## build Consul v1.16.1, Nomad v1.6.1 and the Nomad Autoscaler v0.4.5 (with the local-clients target plugin) once into $$HOME/.cache/pollux
 	scripts/install-servers.sh >/dev/null
+	scripts/install-autoscaler.sh >/dev/null
 
 cluster-up: servers ## start Consul + Nomad (CLUSTER_SERVERS=1|3|5 servers of each, NOMAD_CLIENTS clients with 4 fake GPUs each); writes .cluster/env
 	scripts/cluster.sh up

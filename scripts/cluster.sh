@@ -4,6 +4,9 @@
 #   scripts/cluster.sh up       start it (idempotent) and wait until it is ready
 #   scripts/cluster.sh down     stop every job, agent and task it started; remove its state
 #   scripts/cluster.sh status   exit 0 when it is up and answering, 1 otherwise
+#   scripts/cluster.sh running  the agents whose process runs, one per line
+#                               (no network call: fast enough for the
+#                               autoscaler's target plugin to poll)
 #
 # Fault injection, for the reliability tests (AGENT is consul, nomad-server
 # or client-<i>):
@@ -748,6 +751,14 @@ do_status() {
   return $ok
 }
 
+do_running() {
+  [ -f "$dir/env" ] || die "cluster not running ($dir/env missing)"
+  local a
+  for a in $(agents); do
+    if agent_alive "$a"; then echo "$a"; fi
+  done
+}
+
 do_up() {
   if [ -d "$dir" ]; then
     if do_status >/dev/null 2>&1; then
@@ -952,9 +963,10 @@ case "${1:-}" in
   up) with_lock do_up ;;
   down) with_lock do_down ;;
   status) do_status ;;
+  running) do_running ;;
   stop | kill | start | pause | resume) with_lock do_fault "$1" "${2:-}" ;;
   *)
-    echo "usage: $0 up|down|status|stop|kill|start|pause|resume [AGENT]" >&2
+    echo "usage: $0 up|down|status|running|stop|kill|start|pause|resume [AGENT]" >&2
     exit 2
     ;;
 esac

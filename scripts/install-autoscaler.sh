@@ -4,6 +4,10 @@
 #
 #   POLLUX_CACHE (default $HOME/.cache/pollux)
 #     bin/nomad-autoscaler
+#     bin/autoscaler-plugins/pollux-local-clients   the target plugin of
+#       deploy/autoscaler/local-clients (local Nomad clients as the instance
+#       group, for the end-to-end test), built in the autoscaler's module
+#       with its SDK; rebuilt when its source changes
 #
 # v0.4.5: the release line that talks to Nomad 1.6 (its API client is
 # compatible with 1.6 servers) and has the node_pool filter of cluster
@@ -36,6 +40,27 @@ if [ ! -x "$bin/nomad-autoscaler" ] || [[ "$(version "$bin/nomad-autoscaler")" !
     mv "$src.tmp" "$src"
   fi
   (cd "$src" && go build -o "$bin/nomad-autoscaler.tmp" . && mv "$bin/nomad-autoscaler.tmp" "$bin/nomad-autoscaler")
+fi
+
+src=$cache/src/nomad-autoscaler-$AUTOSCALER_VERSION
+repo=$(cd "$(dirname "$0")/.." && pwd)
+plugin_src=$repo/deploy/autoscaler/local-clients/main.go
+plugin=$bin/autoscaler-plugins/pollux-local-clients
+sum=$(sha256sum "$plugin_src" | cut -d' ' -f1)
+if [ ! -x "$plugin" ] || [ "$(cat "$plugin.sha256" 2>/dev/null)" != "$sum" ]; then
+  log "building the pollux-local-clients target plugin"
+  [ -d "$src" ] || {
+    export GONOSUMDB=${GONOSUMDB:-github.com/hashicorp/nomad-autoscaler}
+    dir=$(GOFLAGS=-mod=mod go mod download -json "github.com/hashicorp/nomad-autoscaler@$AUTOSCALER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    mkdir -p "$cache/src"
+    cp -r "$dir" "$src.tmp"
+    chmod -R u+w "$src.tmp"
+    mv "$src.tmp" "$src"
+  }
+  mkdir -p "$src/pollux-local-clients" "$bin/autoscaler-plugins"
+  cp "$plugin_src" "$src/pollux-local-clients/main.go"
+  (cd "$src" && GOFLAGS=-mod=mod go vet ./pollux-local-clients && GOFLAGS=-mod=mod go build -o "$plugin.tmp" ./pollux-local-clients && mv "$plugin.tmp" "$plugin")
+  echo "$sum" >"$plugin.sha256"
 fi
 
 version "$bin/nomad-autoscaler" >&2
