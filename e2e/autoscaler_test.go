@@ -329,19 +329,19 @@ scaling "pollux-default" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Six jobs emulated at 40x and one at 8x, which still trains when the
-	// others are done: the pool shrinks under it.
+	// Six jobs emulated at 40x and one on at most one GPU at 10x, which
+	// still trains when the others are done: the pool shrinks under it.
 	var ids []string
 	for i, name := range []string{"cifar10", "cifar10", "bert", "cifar10", "bert", "cifar10", "cifar10"} {
 		app := all[name]
-		speedup := 40
+		speedup, maxGPUs := 40, ""
 		if i == 6 {
-			speedup = 8
+			speedup, maxGPUs = 10, "1"
 		}
 		id := e.registerJob(fmt.Sprintf("as-%s-%d", name, i), map[string]string{
 			"pollux_init_batch_size": fmt.Sprint(app.InitBatchSize), "pollux_max_batch_size": fmt.Sprint(app.MaxBatchSize),
 			"pollux_local_bsz_min": fmt.Sprint(app.MinLocalBsz), "pollux_local_bsz_max": fmt.Sprint(app.MaxLocalBsz),
-			"pollux_app": name,
+			"pollux_app": name, "pollux_max_gpus": maxGPUs,
 		})
 		job, _, err := e.nomad.Jobs().Info(id, nil)
 		if err != nil {
