@@ -329,14 +329,14 @@ scaling "pollux-default" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Six jobs emulated at 40x and one on at most one GPU at 10x, which
+	// Six jobs emulated at 40x and one on at most one GPU at 15x, which
 	// still trains when the others are done: the pool shrinks under it.
 	var ids []string
 	for i, name := range []string{"cifar10", "cifar10", "bert", "cifar10", "bert", "cifar10", "cifar10"} {
 		app := all[name]
 		speedup, maxGPUs := 40, ""
 		if i == 6 {
-			speedup, maxGPUs = 10, "1"
+			speedup, maxGPUs = 15, "1"
 		}
 		id := e.registerJob(fmt.Sprintf("as-%s-%d", name, i), map[string]string{
 			"pollux_init_batch_size": fmt.Sprint(app.InitBatchSize), "pollux_max_batch_size": fmt.Sprint(app.MaxBatchSize),
