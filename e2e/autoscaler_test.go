@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -338,21 +339,14 @@ scaling "pollux-default" {
 		if i == 6 {
 			speedup, maxGPUs = 15, "1"
 		}
-		id := e.registerJob(fmt.Sprintf("as-%s-%d", name, i), map[string]string{
+		id := e.registerJobWith(fmt.Sprintf("as-%s-%d", name, i), map[string]string{
 			"pollux_init_batch_size": fmt.Sprint(app.InitBatchSize), "pollux_max_batch_size": fmt.Sprint(app.MaxBatchSize),
 			"pollux_local_bsz_min": fmt.Sprint(app.MinLocalBsz), "pollux_local_bsz_max": fmt.Sprint(app.MaxLocalBsz),
 			"pollux_app": name, "pollux_max_gpus": maxGPUs,
+		}, func(task *nomadapi.Task) {
+			task.Config = map[string]any{"command": polluxBinary(t), "args": []string{"emulate", "-app", name, "-speedup", fmt.Sprint(speedup), "-kv-prefix", e.prefix, "-report-interval", "1s"}}
+			task.Env = map[string]string{"CONSUL_HTTP_ADDR": c.env["CONSUL_HTTP_ADDR"]}
 		})
-		job, _, err := e.nomad.Jobs().Info(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		task := job.TaskGroups[0].Tasks[0]
-		task.Config = map[string]any{"command": polluxBinary(t), "args": []string{"emulate", "-app", name, "-speedup", fmt.Sprint(speedup), "-kv-prefix", e.prefix, "-report-interval", "1s"}}
-		task.Env = map[string]string{"CONSUL_HTTP_ADDR": c.env["CONSUL_HTTP_ADDR"]}
-		if _, _, err := e.nomad.Jobs().Register(job, nil); err != nil {
-			t.Fatal(err)
-		}
 		ids = append(ids, id)
 	}
 	checkpoint := func(id string) emulate.Checkpoint {
@@ -491,5 +485,38 @@ scaling "pollux-default" {
 	if n := strings.Count(out, ": running"); n != 3 {
 		// consul, nomad-server and one client.
 		t.Errorf("cluster.sh status after the shrink:\n%s", out)
+	}
+}
+
+// TestAgentRefusesUnknownAutoscalingPool: an agent whose configuration
+// file sizes a node pool the real Nomad does not have refuses to start,
+// naming the pool and the pools Nomad has.
+func TestAgentRefusesUnknownAutoscalingPool(t *testing.T) {
+	e := newEnv(t)
+	cfg := filepath.Join(t.TempDir(), "agent.hcl")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+device    = %q
+kv_prefix = %q
+autoscaling {
+  pool "no-such-pool" {
+    gpus_per_node = 4
+    max_nodes     = 2
+  }
+}
+`, e.device, e.prefix)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, polluxBinary(t), "agent", "-config", cfg, "-http-addr", "")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("agent: %v, want exit status 2\n%s", err, out)
+	}
+	for _, want := range []string{`autoscaling.pool "no-such-pool": unknown node pool`, "default"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

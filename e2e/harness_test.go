@@ -171,6 +171,13 @@ func runningAllocs(allocs []*nomadapi.AllocationListStub) []*nomadapi.Allocation
 // for one GPU of the test device; meta is merged over the defaults.
 func (e *env) registerJob(name string, meta map[string]string) string {
 	e.t.Helper()
+	return e.registerJobWith(name, meta, nil)
+}
+
+// registerJobWith is registerJob with the task changed by setTask (if not
+// nil) before the one registration.
+func (e *env) registerJobWith(name string, meta map[string]string, setTask func(*nomadapi.Task)) string {
+	e.t.Helper()
 	id := fmt.Sprintf("%s-%d", name, rand.Uint32()%100000)
 	parts := strings.Split(e.device, "/")
 	_ = parts
@@ -194,6 +201,9 @@ func (e *env) registerJob(name string, meta map[string]string) string {
 	task.Resources = &nomadapi.Resources{
 		CPU: ptr(20), MemoryMB: ptr(16),
 		Devices: []*nomadapi.RequestedDevice{{Name: e.device, Count: ptr(uint64(1))}},
+	}
+	if setTask != nil {
+		setTask(task)
 	}
 	tg := nomadapi.NewTaskGroup("workers", 1).AddTask(task)
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}

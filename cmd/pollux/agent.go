@@ -161,6 +161,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := ctrl.CheckConfig(ctx, s.cfg); err != nil {
+		if f.config != "" {
+			return usageErr("config %s: invalid configuration: %v", f.config, err)
+		}
 		return usageErr("invalid configuration: %v", err)
 	}
 	// The access check gates the agent and feeds /healthz.
