@@ -3,6 +3,7 @@ package pollux_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/pollux-nomad/pollux/policy"
@@ -327,6 +328,39 @@ func TestPolluxTypedMaxReplicas(t *testing.T) {
 			}
 			round.Current = out
 			round.Now += 60
+		}
+	}
+}
+
+// TestPolluxTypedCapsOutOfReach: caps no smaller than their type's GPUs
+// (the simulator's measured limits on the Sia artifact's 3-type cluster:
+// 16 a100s, 24 rtx2080tis, 64 t4s) decide exactly as no caps, round after
+// round: the search draws the same random numbers.
+func TestPolluxTypedCapsOutOfReach(t *testing.T) {
+	for _, cfg := range []pollux.Config{{Seed: 4}, {Seed: 7, KeepChanges: true}} {
+		decide := func(caps map[string]int) string {
+			in := pt.TypedClusterInput(9, pt.SiaCluster(1), 40)
+			for i := range in.Jobs {
+				in.Jobs[i].TypedMaxReplicas = caps
+			}
+			p, err := pollux.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sb strings.Builder
+			for range 3 {
+				out := optimize(t, p, in)
+				fmt.Fprintln(&sb, out, p.LastStats().BestFitness)
+				in.Current = out
+				in.Now += 60
+			}
+			return sb.String()
+		}
+		if a, b := decide(nil), decide(map[string]int{"a100": 16, "rtx2080ti": 24, "t4": 64}); a != b {
+			t.Errorf("seed %d: caps out of reach change the decisions:\n%s\nwithout caps:\n%s", cfg.Seed, b, a)
+		}
+		if a, b := decide(nil), decide(map[string]int{"a100": 8}); a == b {
+			t.Errorf("seed %d: a cap of 8 a100s decides as no caps: the test cannot tell", cfg.Seed)
 		}
 	}
 }
