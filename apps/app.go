@@ -70,6 +70,9 @@ type profile struct {
 	// order (the artifact's DataFrame.append order).
 	points [][3]float64
 	values [][2]float64
+	// maxReplicas is the most GPUs among points: no lookup answers for
+	// more.
+	maxReplicas int
 
 	reference []byte // recorded tessellation (Options.Reference), or nil
 	meshOnce  sync.Once
@@ -319,6 +322,9 @@ func loadProfile(fsys fs.FS, dir, appName string, tf TypeFiles, minLocal, maxLoc
 	for _, r := range scal {
 		a.points = append(a.points, [3]float64{float64(r.numNodes), float64(r.numReplicas), float64(r.localBsz)})
 		a.values = append(a.values, [2]float64{r.stepTime, r.syncTime})
+	}
+	for _, pt := range a.points {
+		a.maxReplicas = max(a.maxReplicas, int(pt[1]))
 	}
 	a.minLocal = cmp.Or(minLocal, a.minLocal)
 	a.maxLocal = cmp.Or(maxLocal, a.maxLocal)

@@ -162,6 +162,20 @@ func (a *Application) MaxLocalBszMeasured(gpuType string, placement []int) (int,
 	return m, true
 }
 
+// MaxReplicasOn returns the most GPUs of the measured configurations on
+// gpuType ("" = the default type): of its placements and scalability
+// rows. ThroughputOn answers no placement with more GPUs (a measured
+// placement has its own rows, any other lies outside the convex hull of
+// the points). It returns 0 for a type the application was not profiled
+// on.
+func (a *Application) MaxReplicasOn(gpuType string) int {
+	p, err := a.table(gpuType)
+	if err != nil {
+		return 0
+	}
+	return p.maxReplicas
+}
+
 // MaxLocalBszForReplicas returns the largest local_bsz among the measured
 // placements of gpuType with exactly replicas GPUs, and whether there is
 // one (the Sia artifact's memory correction in Job.update_local_bsz).

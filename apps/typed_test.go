@@ -85,3 +85,36 @@ func TestTypedTables(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxReplicasOn: the most GPUs measured per type is where lookups
+// end: a placement of that many GPUs on the type's most nodes has an
+// answer, one more GPU has none; an unknown type has none.
+func TestMaxReplicasOn(t *testing.T) {
+	sia, err := LoadTypedAll(data.SiaTraces(), SiaConstants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sia["cifar10"]
+	for _, tc := range []struct {
+		typ       string
+		want      int
+		at, above []int
+	}{
+		{"a100", 16, []int{8, 8}, []int{9, 8}},
+		{"rtx2080ti", 24, []int{8, 8, 8}, []int{9, 8, 8}},
+		{"t4", 64, []int{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}, []int{5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+	} {
+		if got := a.MaxReplicasOn(tc.typ); got != tc.want {
+			t.Errorf("cifar10 on %s: MaxReplicasOn %d, want %d", tc.typ, got, tc.want)
+		}
+		if _, _, err := a.ThroughputOn(tc.typ, tc.at, 64); err != nil {
+			t.Errorf("cifar10 on %s %v: %v", tc.typ, tc.at, err)
+		}
+		if _, _, err := a.ThroughputOn(tc.typ, tc.above, 64); err == nil {
+			t.Errorf("cifar10 on %s %v: an answer beyond the measured GPUs", tc.typ, tc.above)
+		}
+	}
+	if got := a.MaxReplicasOn("h100"); got != 0 {
+		t.Errorf("cifar10 on an unknown type: MaxReplicasOn %d, want 0", got)
+	}
+}

@@ -379,6 +379,23 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explor
 		// Both artifacts run NCF on one GPU only.
 		pj.MaxReplicas = 1
 	}
+	if traits.TypeAware && policy.SeveralTypes(len(types)) {
+		// The profiles of a type end at a number of GPUs (the Sia
+		// artifact's at 16 A100s and 24 RTX 2080 Tis, the nodes it had of
+		// them), and the simulator has no throughput beyond: a job may
+		// hold no more of a type than that, whatever its replica bound,
+		// which is one for all types (the most GPUs profiled on any type,
+		// as the artifacts share it). A type-unaware policy's allocation
+		// is cut to one type by the simulator instead (oneTypeEach).
+		for _, t := range types {
+			if m := app.MaxReplicasOn(t); m < pj.MaxReplicas {
+				if pj.TypedMaxReplicas == nil {
+					pj.TypedMaxReplicas = make(map[string]int, len(types))
+				}
+				pj.TypedMaxReplicas[t] = m
+			}
+		}
+	}
 	return pj
 }
 

@@ -778,6 +778,19 @@ func (s *Simulator) check(in policy.Input, next policy.Allocations) error {
 		if len(a) > b.MaxReplicas || len(a) < b.MinReplicas {
 			return fmt.Errorf("job %q: %d GPUs outside [%d, %d]", id, len(a), b.MinReplicas, b.MaxReplicas)
 		}
+		if len(b.TypedMaxReplicas) > 0 {
+			perType := map[string]int{}
+			for _, n := range a {
+				if i, ok := s.nodeIdx[n]; ok {
+					perType[s.nodes[i].Type]++
+				}
+			}
+			for _, t := range s.types {
+				if perType[t] > b.MaxReplicasOn(t) {
+					return fmt.Errorf("job %q: %d GPUs of type %s, at most %d", id, perType[t], t, b.MaxReplicasOn(t))
+				}
+			}
+		}
 	}
 	used := next.UsedGPUs()
 	for n, u := range used {

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -298,5 +299,81 @@ func TestTypedClusterRejectsBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: New = %v, want an error containing %q", name, err, tc.msg)
 		}
+	}
+}
+
+// typeSpy records, per job and GPU type, the most GPUs a policy gave the
+// job, and counts the jobs' inputs that carried a per-type cap
+// (Job.TypedMaxReplicas).
+type typeSpy struct {
+	policy.Policy
+	held   map[string]map[string]int
+	capped int
+}
+
+func (s *typeSpy) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
+	out, err := s.Policy.Optimize(ctx, in)
+	typeOf := map[string]string{}
+	for _, n := range in.Nodes {
+		typeOf[n.ID] = n.Type
+	}
+	for _, j := range in.Jobs {
+		if len(j.TypedMaxReplicas) > 0 {
+			s.capped++
+		}
+		count := map[string]int{}
+		for _, n := range out[j.ID] {
+			count[typeOf[n]]++
+		}
+		for t, k := range count {
+			if s.held[j.ID] == nil {
+				s.held[j.ID] = map[string]int{}
+			}
+			s.held[j.ID][t] = max(s.held[j.ID][t], k)
+		}
+	}
+	return out, err
+}
+
+// TestTypedWithinMeasuredGPUs: on a typed cluster with more GPUs of a type
+// than its profiles were measured on (four a100 nodes, 32 GPUs; the Sia
+// artifact's a100 profiles end at 16), pollux under Sia's rules gives no
+// job more a100s than measured, and the simulation, which has no
+// throughput beyond, runs to the end. The jobs' first allocations may have
+// up to 32 GPUs (ExploreStart), and a job without a model takes as many as
+// it gets.
+func TestTypedWithinMeasuredGPUs(t *testing.T) {
+	a := typedApps(t, sim.RulesSia)
+	cluster, err := sim.ParseCluster("t4:2x4,a100:4x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []workload.Job
+	for i := range 3 {
+		jobs = append(jobs, workload.Job{Name: fmt.Sprintf("cifar10-%d", i), Time: float64(600 * i), Application: "cifar10", NumReplicas: 4, BatchSize: 4096})
+	}
+	pol, err := sim.NewPolicyFor("pollux", 1, sim.RulesSia)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy := &typeSpy{Policy: pol, held: map[string]map[string]int{}}
+	r := runSim(t, sim.Config{Cluster: cluster, Rules: sim.RulesSia, ExploreStart: 32}, a, jobs, spy)
+	if s := results.Summarize(r); s.Completed != len(jobs) {
+		t.Fatalf("%d of %d jobs completed", s.Completed, len(jobs))
+	}
+	if spy.capped == 0 {
+		t.Error("no job's input capped its a100s below its MaxReplicas: the test cannot tell")
+	}
+	most := 0
+	for id, byType := range spy.held {
+		for typ, k := range byType {
+			if m := a["cifar10"].MaxReplicasOn(typ); k > m {
+				t.Errorf("%s held %d GPUs of %s, measured up to %d", id, k, typ, m)
+			}
+		}
+		most = max(most, byType["a100"])
+	}
+	if most != 16 {
+		t.Errorf("most a100s any job held: %d, want 16 (the measured limit: the jobs want more)", most)
 	}
 }

@@ -20,8 +20,9 @@ type CheckOptions struct {
 
 // Check verifies the invariants every allocation returned for in must
 // satisfy: only active jobs, only known nodes, each job either absent or
-// holding between MinReplicas and MaxReplicas GPUs, no node above its
-// capacity; plus those selected in opts. It reports every violation at
+// holding between MinReplicas and MaxReplicas GPUs and at most its
+// TypedMaxReplicas of each GPU type, no node above its capacity; plus
+// those selected in opts. It reports every violation at
 // once, in a deterministic order.
 func Check(in policy.Input, out policy.Allocations, opts CheckOptions) error {
 	var errs []error
@@ -55,6 +56,7 @@ func Check(in policy.Input, out policy.Allocations, opts CheckOptions) error {
 		}
 		last := -1
 		seen := map[int]bool{}
+		perType := map[string]int{}
 		for _, n := range alloc {
 			i, ok := nodeIdx[n]
 			if !ok {
@@ -62,6 +64,7 @@ func Check(in policy.Input, out policy.Allocations, opts CheckOptions) error {
 				continue
 			}
 			used[i]++
+			perType[in.Nodes[i].Type]++
 			if opts.NodeOrder && i < last {
 				errs = append(errs, fmt.Errorf("job %q lists node %q after node %q, not in input order", id, n, in.Nodes[last].ID))
 			}
@@ -70,6 +73,11 @@ func Check(in policy.Input, out policy.Allocations, opts CheckOptions) error {
 			}
 			seen[i] = true
 			last = i
+		}
+		for _, t := range policy.GPUTypes(in.Nodes) {
+			if perType[t] > j.MaxReplicasOn(t) {
+				errs = append(errs, fmt.Errorf("job %q holds %d GPUs of type %q, at most %d", id, perType[t], t, j.MaxReplicasOn(t)))
+			}
 		}
 		if len(seen) > 1 {
 			for i := range seen {

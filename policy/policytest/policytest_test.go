@@ -106,6 +106,26 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckTypedMaxReplicas: a job above its cap on one GPU type is
+// reported; the same GPUs of a type without a cap are not.
+func TestCheckTypedMaxReplicas(t *testing.T) {
+	pools := []policytest.TypedPool{{Type: "t4", Nodes: 1, GPUs: 4, Speed: 1}, {Type: "a100", Nodes: 1, GPUs: 4, Speed: 3}}
+	in := policy.Input{
+		Nodes: policytest.TypedNodes(pools...),
+		Jobs:  []policy.Job{{ID: "a", MaxReplicas: 4, TypedMaxReplicas: map[string]int{"a100": 2}}},
+	}
+	if err := policytest.Check(in, policy.Allocations{"a": {"t4-00", "t4-00", "t4-00"}}, policytest.CheckOptions{}); err != nil {
+		t.Errorf("3 GPUs of the uncapped t4: %v", err)
+	}
+	if err := policytest.Check(in, policy.Allocations{"a": {"a100-00", "a100-00"}}, policytest.CheckOptions{}); err != nil {
+		t.Errorf("2 GPUs of a100, capped at 2: %v", err)
+	}
+	err := policytest.Check(in, policy.Allocations{"a": {"a100-00", "a100-00", "a100-00"}}, policytest.CheckOptions{})
+	if err == nil || !strings.Contains(err.Error(), `job "a" holds 3 GPUs of type "a100", at most 2`) {
+		t.Errorf("3 GPUs of a100, capped at 2: %v", err)
+	}
+}
+
 func TestRandomInputsAreValid(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {

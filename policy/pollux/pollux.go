@@ -500,7 +500,8 @@ func (p *Policy) LastStats() Stats { return p.stats }
 // Optimize returns the allocation of the round: each job's GPUs listed
 // node by node in the order of in.Nodes (for example [n1 n1 n3]); jobs
 // with no GPUs are omitted. Every returned allocation gives a job either
-// no GPUs or between MinReplicas and MaxReplicas, never exceeds a node's
+// no GPUs or between MinReplicas and MaxReplicas (on a typed cluster at
+// most its TypedMaxReplicas of the one type it gets), never exceeds a node's
 // capacity and, unless interference avoidance is disabled, never puts two
 // multi-node jobs on one node.
 //
@@ -719,7 +720,7 @@ func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allo
 		// A job whose allocation no longer fits its bounds (an operator
 		// changed them) or the nodes (a node lost GPUs) is not pinned:
 		// the round decides it as any other.
-		if len(kept) == 0 || len(kept) < j.MinReplicas || len(kept) > j.MaxReplicas {
+		if len(kept) == 0 || len(kept) < j.MinReplicas || len(kept) > j.MaxReplicas || overTypeCap(j, kept, in.Nodes, nodeIdx) {
 			continue
 		}
 		if nodes == nil {
@@ -763,6 +764,23 @@ func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allo
 		}
 	}
 	return out, pinned, multi
+}
+
+// overTypeCap tells whether alloc holds more GPUs of some type than job j
+// may hold of it (Job.TypedMaxReplicas).
+func overTypeCap(j core.Job, alloc []string, nodes []core.Node, nodeIdx map[string]int) bool {
+	if len(j.TypedMaxReplicas) == 0 {
+		return false
+	}
+	count := map[string]int{}
+	for _, id := range alloc {
+		t := nodes[nodeIdx[id]].Type
+		count[t]++
+		if count[t] > j.MaxReplicasOn(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstHeld tells whether job j is within its first hold: on its first
@@ -877,6 +895,11 @@ func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config
 	for j, ji := range order {
 		job := &in.Jobs[ji]
 		maxK := min(job.MaxReplicas, total)
+		if !pr.typed {
+			// One GPU type: its cap, if any, bounds the job as MaxReplicas
+			// does (several types: polluxTypeCaps).
+			maxK = min(job.MaxReplicasOn(types[0]), total)
+		}
 		pr.maxRep[j] = int32(maxK)
 		pr.minRep[j] = int32(job.MinReplicas)
 		pr.tabStride[j] = int32(maxK + 1)
@@ -939,6 +962,7 @@ func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config
 			}
 		}
 	}
+	polluxTypeCaps(pr, in, order, types)
 	pr.rowConst = gaGrow(pr.rowConst, rows)
 	for j := range rows {
 		pr.rowConst[j] = polluxRowConst{
@@ -1063,6 +1087,51 @@ func polluxTypedBase(pr *polluxProblem, j int, job *core.Job, types []string, sh
 	}
 	pr.baseGoodput[j] = b
 	return ok
+}
+
+// polluxTypeCaps sets pr.typeMaxRep on a typed cluster: per job and
+// type, the job's maxRep, or its TypedMaxReplicas on the type where that
+// is lower and below the type's GPUs; pr.typeCapped tells whether any
+// job has such a cap (otherwise typeMaxRep is not read). A cap the
+// type's GPUs cannot reach is left to the capacity step of repair, as a
+// MaxReplicas above the cluster's size is, so that such caps change
+// nothing of the search.
+func polluxTypeCaps(pr *polluxProblem, in core.Input, order []int, types []string) {
+	pr.typeCapped = false
+	if !pr.typed {
+		return
+	}
+	nt := pr.ntypes
+	gpus := make([]int32, nt)
+	for t, nodes := range pr.typeNodes[:nt] {
+		for _, n := range nodes {
+			gpus[t] += pr.capacity[n]
+		}
+	}
+	// capOf returns job j's cap on type t and whether it binds.
+	capOf := func(j, t int) (int32, bool) {
+		c := pr.maxRep[j]
+		if v, ok := in.Jobs[order[j]].TypedMaxReplicas[types[t]]; ok && int32(v) < min(c, gpus[t]) {
+			return max(int32(v), 0), true
+		}
+		return c, false
+	}
+	for j := range order {
+		for t := range nt {
+			if _, ok := capOf(j, t); ok {
+				pr.typeCapped = true
+			}
+		}
+	}
+	if !pr.typeCapped {
+		return
+	}
+	pr.typeMaxRep = gaGrow(pr.typeMaxRep, len(order)*nt)
+	for j := range order {
+		for t := range nt {
+			pr.typeMaxRep[j*nt+t], _ = capOf(j, t)
+		}
+	}
 }
 
 // polluxTypeSpeeds sets pr.typeSpeed: per type, the mean over the jobs

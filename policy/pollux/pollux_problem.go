@@ -32,6 +32,12 @@ type polluxProblem struct {
 	maxNodes int32     // nodes one job may span
 	base     spState   // the current allocation
 	factor   []float64 // per job: factor of a changed allocation
+	// typeMaxRep holds, per job and type (row j*ntypes+t), the most GPUs
+	// of type t the job may hold, when typeCapped: on a typed cluster
+	// where some job's TypedMaxReplicas is below both its maxRep and the
+	// GPUs of the type.
+	typeMaxRep []int32
+	typeCapped bool
 	// Per job: the factor of a changed allocation with more GPUs than the
 	// current one (differs from factor by GrowthHysteresis), and the
 	// current allocation's GPUs.
@@ -708,7 +714,9 @@ func spRaise(rng *rand.Rand, e *uint32, limit int32) {
 //	    entry of the second distributed job present is zeroed, and, with
 //	    ArtifactInterferenceQuirk, the entries of every job after it too
 //	    (pollux.py lines 386–390);
-//	(b) at most MaxReplicas GPUs per job, trimming nodes in random order;
+//	(b) at most MaxReplicas GPUs per job (on a typed cluster, at most
+//	    its cap on the type it keeps, Job.TypedMaxReplicas), trimming
+//	    nodes in random order;
 //	(c) at most maxNodes nodes per job (16 in the artifact), in the same
 //	    random order, counted after (b);
 //	(d) node capacity: in job priority order, each job gets at most what
@@ -886,9 +894,13 @@ func (pr *polluxProblem) repairRow(wk *polluxWorker, rng *rand.Rand, x *spState,
 		buf = append(buf, e)
 		sumA += spGPUs(e)
 	}
-	// (b), (c) Per-job caps.
-	if sumA > pr.maxRep[j] || int32(len(buf)) > pr.maxNodes {
-		buf = wk.trim(rng, buf, pr.maxRep[j], pr.maxNodes)
+	// (b), (c) Per-job caps; on a typed cluster the cap of the type kept.
+	maxRep := pr.maxRep[j]
+	if keepType >= 0 && pr.typeCapped {
+		maxRep = pr.typeMaxRep[j*pr.ntypes+int(keepType)]
+	}
+	if sumA > maxRep || int32(len(buf)) > pr.maxNodes {
+		buf = wk.trim(rng, buf, maxRep, pr.maxNodes)
 	}
 	wk.rowbuf = buf
 	// (d) Node capacity, cumulative in job order.
@@ -935,7 +947,8 @@ func (pr *polluxProblem) rowType(w *polluxWorker, row []uint32) (int32, int) {
 
 // moveTypes is the type-move mutation of a typed cluster: each job's row
 // is, with probability 1/#jobs (the skipMove walk), moved to another GPU
-// type drawn uniformly among the others, keeping its GPU count: its GPUs
+// type drawn uniformly among the others, keeping its GPU count (at most
+// its cap on the new type, typeMaxRep): its GPUs
 // are laid out on consecutive nodes of that type from a random one, as
 // many per node as the node holds, on at most as many nodes as before
 // (repair trims what does not fit). A job without GPUs is left alone:
@@ -962,6 +975,15 @@ func (pr *polluxProblem) moveTypes(w *polluxWorker, rng *rand.Rand, s int32) {
 		var k int32
 		for _, e := range row {
 			k += spGPUs(e)
+		}
+		if pr.typeCapped {
+			// Lay out no more than the job may hold of the new type, on
+			// whole nodes, rather than leave repair to trim GPUs off
+			// random nodes.
+			k = min(k, pr.typeMaxRep[j*pr.ntypes+int(to)])
+			if k == 0 {
+				continue
+			}
 		}
 		nodes := pr.typeNodes[to]
 		start := rng.IntN(len(nodes))

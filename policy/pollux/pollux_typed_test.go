@@ -3,6 +3,7 @@ package pollux_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/pollux-nomad/pollux/policy"
@@ -235,6 +236,131 @@ func TestPolluxFirstHold(t *testing.T) {
 		kept := len(out["first"]) == 4 && out["first"][0] == first && out["first"][3] == first
 		if kept != c.kept {
 			t.Errorf("%s: the job on its first allocation got %v, want kept %v", c.name, out["first"], c.kept)
+		}
+	}
+}
+
+// TestPolluxTypedMaxReplicas: a job may hold no more GPUs of a type than
+// its cap there (Job.TypedMaxReplicas), though its MaxReplicas and its
+// model would give it more: alone, linear and fastest on the a100s, it
+// gets the cap of them (not the 32 it could use); holding more of them
+// than the cap, even while restoring or within its first hold, it is cut
+// to the cap; on the t4s, where it has no cap, it may move to the a100s
+// only within the cap. Over several rounds, seeds and a busy cluster with
+// caps on random jobs, no allocation exceeds a cap.
+func TestPolluxTypedMaxReplicas(t *testing.T) {
+	pools := []pt.TypedPool{{Type: "t4", Nodes: 2, GPUs: 4, Speed: 1}, {Type: "a100", Nodes: 4, GPUs: 8, Speed: 3.5}}
+	nodes := pt.TypedNodes(pools...)
+	// onA100 is an allocation of k GPUs on the a100 nodes, filled in order.
+	onA100 := func(k int) []string {
+		var a []string
+		for _, n := range nodes {
+			for g := 0; n.Type == "a100" && g < n.GPUs && len(a) < k; g++ {
+				a = append(a, n.ID)
+			}
+		}
+		return a
+	}
+	job := func(cur []string) policy.Job {
+		j := policy.Job{ID: "a", MaxReplicas: 32, Age: 3600, NumRestarts: 1, RestartTime: 30,
+			TypedMaxReplicas: map[string]int{"a100": 16}, TypedGoodput: pt.Typed(pt.Linear(), pools...)}
+		if len(cur) > 0 {
+			j.Held = 600
+		}
+		return j
+	}
+	for _, tc := range []struct {
+		name    string
+		current []string
+		mod     func(*policy.Job)
+	}{
+		{"new", nil, nil},
+		{"holds 24 a100s", onA100(24), nil},
+		{"holds 24 a100s, restoring", onA100(24), func(j *policy.Job) { j.Restoring = true }},
+		{"holds 24 a100s, first hold", onA100(24), func(j *policy.Job) { j.NumRestarts, j.Held = 0, 10 }},
+		{"holds the t4s", []string{"t4-00", "t4-00", "t4-00", "t4-00", "t4-01", "t4-01", "t4-01", "t4-01"}, nil},
+	} {
+		for seed := int64(1); seed <= 3; seed++ {
+			j := job(tc.current)
+			if tc.mod != nil {
+				tc.mod(&j)
+			}
+			in := policy.Input{Now: 3600, Nodes: nodes, Jobs: []policy.Job{j}, Current: policy.Allocations{}}
+			if tc.current != nil {
+				in.Current["a"] = tc.current
+			}
+			out := optimizeOnce(t, pollux.Config{Seed: seed}, in)
+			if err := pt.Check(in, out, pt.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+				t.Errorf("%s, seed %d: %v", tc.name, seed, err)
+			}
+			if a := out["a"]; len(a) != 16 || a[0][:4] != "a100" {
+				t.Errorf("%s, seed %d: allocation %v, want 16 GPUs of a100 (its cap there)", tc.name, seed, policy.Placement(a))
+			}
+		}
+	}
+
+	// One GPU type: the cap bounds the job as MaxReplicas does.
+	a100s := []pt.TypedPool{{Type: "a100", Nodes: 4, GPUs: 8, Speed: 1}}
+	one := policy.Input{Now: 3600, Nodes: pt.TypedNodes(a100s...), Jobs: []policy.Job{{ID: "a", MaxReplicas: 32, Age: 3600,
+		TypedMaxReplicas: map[string]int{"a100": 16}, TypedGoodput: pt.Typed(pt.Linear(), a100s...)}}}
+	if a := optimizeOnce(t, pollux.Config{Seed: 1}, one)["a"]; len(a) != 16 {
+		t.Errorf("one type: allocation %v, want 16 GPUs (its cap)", policy.Placement(a))
+	}
+
+	// A busy cluster: the Sia cluster at 4x (64 a100s), random jobs, a
+	// cap of 4 a100s and 8 rtx2080tis on every other job.
+	in := pt.TypedClusterInput(11, pt.SiaCluster(4), 60)
+	for i := range in.Jobs {
+		if i%2 == 0 {
+			in.Jobs[i].TypedMaxReplicas = map[string]int{"a100": 4, "rtx2080ti": 8}
+		}
+	}
+	for _, cfg := range []pollux.Config{{Seed: 5}, {Seed: 6, KeepChanges: true}} {
+		p, err := pollux.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		round := in
+		for r := range 3 {
+			out := optimize(t, p, round)
+			if err := pt.Check(round, out, pt.CheckOptions{NoInterference: true, NodeOrder: true}); err != nil {
+				t.Errorf("busy cluster, seed %d, KeepChanges %v, round %d: %v", cfg.Seed, cfg.KeepChanges, r, err)
+			}
+			round.Current = out
+			round.Now += 60
+		}
+	}
+}
+
+// TestPolluxTypedCapsOutOfReach: caps no smaller than their type's GPUs
+// (the simulator's measured limits on the Sia artifact's 3-type cluster:
+// 16 a100s, 24 rtx2080tis, 64 t4s) decide exactly as no caps, round after
+// round: the search draws the same random numbers.
+func TestPolluxTypedCapsOutOfReach(t *testing.T) {
+	for _, cfg := range []pollux.Config{{Seed: 4}, {Seed: 7, KeepChanges: true}} {
+		decide := func(caps map[string]int) string {
+			in := pt.TypedClusterInput(9, pt.SiaCluster(1), 40)
+			for i := range in.Jobs {
+				in.Jobs[i].TypedMaxReplicas = caps
+			}
+			p, err := pollux.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sb strings.Builder
+			for range 3 {
+				out := optimize(t, p, in)
+				fmt.Fprintln(&sb, out, p.LastStats().BestFitness)
+				in.Current = out
+				in.Now += 60
+			}
+			return sb.String()
+		}
+		if a, b := decide(nil), decide(map[string]int{"a100": 16, "rtx2080ti": 24, "t4": 64}); a != b {
+			t.Errorf("seed %d: caps out of reach change the decisions:\n%s\nwithout caps:\n%s", cfg.Seed, b, a)
+		}
+		if a, b := decide(nil), decide(map[string]int{"a100": 8}); a == b {
+			t.Errorf("seed %d: a cap of 8 a100s decides as no caps: the test cannot tell", cfg.Seed)
 		}
 	}
 }

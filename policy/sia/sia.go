@@ -518,9 +518,10 @@ func (p *Policy) buildJob(idx int, j core.Job, cur []string, types []*siaType, n
 	minGood := math.Inf(1)
 	for ti, t := range types {
 		m := j.GoodputOn(t.name)
+		typeHi := min(hi, j.MaxReplicasOn(t.name))
 		var valid []int
 		for _, g := range t.configs {
-			if g >= lo && g <= hi {
+			if g >= lo && g <= typeHi {
 				valid = append(valid, g)
 			}
 		}

@@ -100,6 +100,26 @@ func TestSiaMaxNodesByType(t *testing.T) {
 	}
 }
 
+// TestSiaTypedMaxReplicas: a job's configurations on a type end at its
+// cap there (Job.TypedMaxReplicas): alone and linear on four a100 nodes,
+// it gets 32 GPUs without a cap, 16 with a cap of 16 and of 20, and
+// none of a type capped at 0.
+func TestSiaTypedMaxReplicas(t *testing.T) {
+	pools := []pt.TypedPool{{Type: "a100", Nodes: 4, GPUs: 8, Speed: 3}}
+	for _, tc := range []struct {
+		caps map[string]int
+		want int
+	}{{nil, 32}, {map[string]int{"a100": 16}, 16}, {map[string]int{"a100": 20}, 16}, {map[string]int{"t4": 1}, 32}, {map[string]int{"a100": 0}, 0}} {
+		in := policy.Input{Nodes: pt.TypedNodes(pools...), Jobs: []policy.Job{
+			{ID: "a", MaxReplicas: 64, Age: 600, TypedMaxReplicas: tc.caps, TypedGoodput: pt.Typed(pt.Linear(), pools...)},
+		}}
+		out := runSia(t, newSia(t, sia.Config{}), in)
+		if len(out["a"]) != tc.want {
+			t.Errorf("caps %v: got %d GPUs, want %d", tc.caps, len(out["a"]), tc.want)
+		}
+	}
+}
+
 // TestSiaNewJobsGetOneGPU: jobs without a model may only run on 1 GPU of
 // some type (worth 1), and with enough GPUs every one does.
 func TestSiaNewJobsGetOneGPU(t *testing.T) {

@@ -76,6 +76,16 @@ type Job struct {
 	// holds no GPUs or the caller does not know; Pollux's FirstHold
 	// uses it.
 	Held float64
+	// TypedMaxReplicas caps the GPUs of type t (Node.Type) the job may get
+	// at TypedMaxReplicas[t] when that is below MaxReplicas; a type absent
+	// from the map, or a nil map, is bounded by MaxReplicas alone, and 0
+	// keeps the job off the type. It is for what a job cannot run on a
+	// type beyond, whatever its model predicts: on a cluster of several
+	// types the simulator sets it to the most GPUs of each type its
+	// profiles were measured on (the Sia artifact's end at 16 A100s, 24
+	// RTX 2080 Tis and 64 T4s, fewer than a large cluster has of the
+	// first two). The type-aware policies (pollux, sia) honour it.
+	TypedMaxReplicas map[string]int
 	// ProbeSpeed is, on a heterogeneous cluster, the job's one-GPU
 	// throughput per GPU type (Node.Type) as probed when it arrived, before
 	// it has run (Sia, SOSP '23, §3.3 profiles one GPU of each type); only
@@ -91,6 +101,15 @@ func (j Job) GoodputOn(t string) GoodputModel {
 		return m
 	}
 	return j.Goodput
+}
+
+// MaxReplicasOn returns the most GPUs of type t the job may get:
+// MaxReplicas, or TypedMaxReplicas[t] where that is lower.
+func (j Job) MaxReplicasOn(t string) int {
+	if c, ok := j.TypedMaxReplicas[t]; ok && c < j.MaxReplicas {
+		return c
+	}
+	return j.MaxReplicas
 }
 
 // Node is a node whose GPUs the policy may hand out.
@@ -251,6 +270,11 @@ func CheckInput(in Input, maxNodeGPUs int) error {
 		if j.MinReplicas > j.MaxReplicas {
 			bad("min replicas %d exceed max replicas %d", j.MinReplicas, j.MaxReplicas)
 		}
+		for _, t := range sortedKeys(j.TypedMaxReplicas) {
+			if c := j.TypedMaxReplicas[t]; c < 0 {
+				bad("max replicas %d on GPU type %q is negative", c, t)
+			}
+		}
 		if !(j.Age >= 0) || math.IsInf(j.Age, 0) {
 			bad("age %v is not a finite non-negative number", j.Age)
 		}
@@ -284,4 +308,15 @@ func CheckInput(in Input, maxNodeGPUs int) error {
 		return fmt.Errorf("invalid input: %w", err)
 	}
 	return nil
+}
+
+// sortedKeys returns the keys of m, sorted (so that errors list them in a
+// stable order).
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
