@@ -14,6 +14,7 @@
 #   GET  /v1/allocation/:id                    an allocation's devices          read-job
 #   GET  /v1/job/:id/evaluations, /summary     whether a reallocation placed    read-job
 #   GET  /v1/nodes, /v1/node/:id               nodes and their GPUs             node read
+#   GET  /v1/node/pools                        autoscaling pools exist          node_pool read
 #   PUT  /v1/job/:id (EnforceIndex)            rewrite a tagged job             submit-job
 #
 # It never deletes, stops, dispatches or scales jobs through Nomad's
