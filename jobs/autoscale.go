@@ -25,7 +25,7 @@ import (
 // publishes the desired counts (pollux_cluster_desired_nodes); the Nomad
 // Autoscaler resizes the cloud's instance groups (deploy/autoscaler/).
 //
-// In HCL:
+// In HCL (the JSON document's form is autoscaleDoc's):
 //
 //	autoscaling {
 //	  rule             = "marginal"

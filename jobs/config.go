@@ -86,9 +86,10 @@ type Config struct {
 	// ga.stall_generations, ga.workers); zero values leave the policy's
 	// defaults for the cluster (PolluxConfig, EffectivePollux).
 	Pollux PolluxKnobs
-	// Autoscale is the autoscaling block of an HCL configuration file:
-	// the desired node count per node pool that the controller publishes
-	// each round (AutoscaleConfig). Off unless the block is given.
+	// Autoscale is the autoscaling section (an HCL block in the file, an
+	// object in the JSON document, which replaces the file's): the desired
+	// node count per node pool that the controller publishes each round
+	// (AutoscaleConfig). Off unless the section is given.
 	Autoscale AutoscaleConfig
 }
 
