@@ -113,12 +113,23 @@ func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
 	if e.agentEnv != nil {
 		cmd.Env = e.agentEnv
 	}
+	p := startLogged(t, "agent "+name, name, cmd)
+	p.addr = addr
+	return p
+}
+
+// startLogged starts cmd in a process group of its own, keeps every line
+// it writes (logged to the test under tag) and stops the group when the
+// test ends: SIGTERM, then SIGKILL after 10 s.
+func startLogged(t *testing.T, what, tag string, cmd *exec.Cmd) *agentProc {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start agent %s: %v", name, err)
+		t.Fatalf("start %s: %v", what, err)
 	}
-	p := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	p := &agentProc{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -126,16 +137,17 @@ func (e *env) startAgent(t *testing.T, name, configPath string) *agentProc {
 			p.mu.Lock()
 			p.out = append(p.out, sc.Text())
 			p.mu.Unlock()
-			t.Logf("[%s] %s", name, sc.Text())
+			t.Logf("[%s] %s", tag, sc.Text())
 		}
 	}()
 	go func() { _ = cmd.Wait(); pw.Close(); close(p.done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-p.done:
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
 		}
 	})
 	return p

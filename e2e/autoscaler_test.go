@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,8 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,66 +24,14 @@ import (
 	"github.com/pollux-nomad/pollux/emulate"
 )
 
-// proc is a background process of a test (Prometheus, the Nomad
-// Autoscaler), its output kept and logged, stopped when the test ends.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  []string
-	done chan struct{}
-}
-
-func startProc(t *testing.T, name string, env []string, bin string, args ...string) *proc {
+// startProc starts a background process of a test (Prometheus, the Nomad
+// Autoscaler) with env: its output kept and logged, its process group
+// (the autoscaler's plugins are its children) stopped when the test ends.
+func startProc(t *testing.T, name string, env []string, bin string, args ...string) *agentProc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.out = append(p.out, sc.Text())
-			p.mu.Unlock()
-			t.Logf("[%s] %s", name, sc.Text())
-		}
-	}()
-	go func() { _ = cmd.Wait(); pw.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		// The whole group: the autoscaler's plugins are its children.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-	})
-	return p
-}
-
-// logged returns the output lines that contain every one of subs.
-func (p *proc) logged(subs ...string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for _, l := range p.out {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(l, s)
-		}
-		if all {
-			out = append(out, l)
-		}
-	}
-	return out
+	return startLogged(t, name, name, cmd)
 }
 
 // metricLabelled reads the value of the first series of name whose labels
@@ -451,10 +396,10 @@ scaling "pollux-default" {
 	for _, v := range violations {
 		t.Error(v)
 	}
-	if len(autoscaler.logged("starting instance")) < 2 {
-		t.Errorf("the autoscaler's target started %d instances, want 2", len(autoscaler.logged("starting instance")))
+	if n, _ := autoscaler.logged("starting instance"); n < 2 {
+		t.Errorf("the autoscaler's target started %d instances, want 2", n)
 	}
-	if n := len(autoscaler.logged("stopping drained instance")); n < 2 {
+	if n, _ := autoscaler.logged("stopping drained instance"); n < 2 {
 		t.Errorf("the autoscaler's target removed %d instances, want 2", n)
 	}
 	for _, id := range ids {

@@ -30,6 +30,20 @@ func next(t *testing.T, ch <-chan configured) configured {
 	}
 }
 
+// runAgent runs the agent on the fixture with controller c until ctx ends;
+// configs receives every configuration it handled, done its result.
+func runAgent(ctx context.Context, f *fixture, c *jobs.Controller) (<-chan configured, <-chan error) {
+	configs := make(chan configured, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- jobs.RunAgent(ctx, jobs.AgentOptions{
+			Controller: c, Leadership: f.lock, KV: f.kv, Base: f.cfg, Clock: f.clock,
+			OnConfig: func(cfg jobs.Config, err error) { configs <- configured{cfg, err} },
+		})
+	}()
+	return configs, done
+}
+
 // TestAgentHotReload: the agent retries a failed watch of the
 // configuration on its (injected) clock, loads a new document without a
 // restart, and keeps the last good configuration when a document is bad.
@@ -46,14 +60,7 @@ func TestAgentHotReload(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	configs := make(chan configured, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- jobs.RunAgent(ctx, jobs.AgentOptions{
-			Controller: c, Leadership: f.lock, KV: f.kv, Base: f.cfg, Clock: f.clock,
-			OnConfig: func(cfg jobs.Config, err error) { configs <- configured{cfg, err} },
-		})
-	}()
+	configs, done := runAgent(ctx, f, c)
 	put := func(doc string) {
 		if err := f.kv.Put(ctx, contract.ConfigKey, []byte(doc)); err != nil {
 			t.Fatal(err)
@@ -102,14 +109,7 @@ func TestAgentAutoscalingFromConsul(t *testing.T) {
 	c := f.controller("agent")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	configs := make(chan configured, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- jobs.RunAgent(ctx, jobs.AgentOptions{
-			Controller: c, Leadership: f.lock, KV: f.kv, Base: f.cfg, Clock: f.clock,
-			OnConfig: func(cfg jobs.Config, err error) { configs <- configured{cfg, err} },
-		})
-	}()
+	configs, done := runAgent(ctx, f, c)
 	put := func(doc string) configured {
 		t.Helper()
 		if err := f.kv.Put(ctx, contract.ConfigKey, []byte(doc)); err != nil {
