@@ -155,6 +155,12 @@ func startLogged(t *testing.T, what, tag string, cmd *exec.Cmd) *agentProc {
 
 // metric reads one unlabelled value from the agent's /metrics, or -1.
 func (p *agentProc) metric(name string) float64 {
+	return p.metricWhere(func(series string) bool { return series == name })
+}
+
+// metricWhere reads the value of the first series of the agent's /metrics
+// (name and labels, as exposed) for which match is true, or -1.
+func (p *agentProc) metricWhere(match func(series string) bool) float64 {
 	resp, err := http.Get("http://" + p.addr + "/metrics")
 	if err != nil {
 		return -1
@@ -162,7 +168,7 @@ func (p *agentProc) metric(name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && match(f[0]) {
 			v, _ := strconv.ParseFloat(f[1], 64)
 			return v
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,20 +36,9 @@ func startProc(t *testing.T, name string, env []string, bin string, args ...stri
 // metricLabelled reads the value of the first series of name whose labels
 // contain labels from the agent's /metrics, or -1.
 func (p *agentProc) metricLabelled(name, labels string) float64 {
-	resp, err := http.Get("http://" + p.addr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && strings.HasPrefix(f[0], name+"{") && strings.Contains(f[0], labels) {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
-	}
-	return -1
+	return p.metricWhere(func(series string) bool {
+		return strings.HasPrefix(series, name+"{") && strings.Contains(series, labels)
+	})
 }
 
 // autoscalerBin is the Nomad Autoscaler scripts/install-autoscaler.sh
