@@ -28,6 +28,12 @@ type (
 	Allocations = core.Allocations
 	// Input is everything a policy sees in one round (core.Input).
 	Input = core.Input
+	// Carry is the state a policy hands from one round to the next
+	// (core.Carry).
+	Carry = core.Carry
+	// Carrier is a Policy that hands state from one round to the next
+	// (core.Carrier).
+	Carrier = core.Carrier
 	// Policy decides the allocation of GPUs to jobs for one round
 	// (core.Policy).
 	Policy = core.Policy

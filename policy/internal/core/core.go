@@ -153,6 +153,33 @@ type Input struct {
 	Nodes []Node
 	// Current is the allocation in force before this round.
 	Current Allocations
+	// Round numbers the round: the controller's round number (which a
+	// new leader continues) or the simulator's count of rounds. With Seed
+	// it seeds the round's random draws, so that a recorded input is
+	// decided again exactly.
+	Round int64
+	// Seed seeds the round's random draws; 0 keeps the seed the policy
+	// was configured with.
+	Seed int64
+	// Carry is what the policy's previous round handed on (Carrier.Carry
+	// after that round's Optimize), passed back unchanged; nil on a first
+	// round. A Carrier decides from Input alone, Carry included, and
+	// keeps nothing of its own between rounds.
+	Carry Carry
+}
+
+// Carry is the state a policy hands from one round to the next (the
+// genetic algorithm's final population, Tiresias' queues): the policy's
+// own value, never changed once returned, encodable as JSON so that a
+// round can be recorded and decided again (policy.DecodeCarry).
+type Carry any
+
+// Carrier is a Policy that hands state from one round to the next.
+type Carrier interface {
+	Policy
+	// Carry returns what the last Optimize handed on, for the next
+	// round's Input.Carry; nil before the first.
+	Carry() Carry
 }
 
 // Policy decides the allocation of GPUs to jobs for one round. A Policy may
