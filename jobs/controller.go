@@ -103,7 +103,7 @@ type Controller struct {
 	published map[JobRef]publishedDecision
 	// policies keeps each policy with its state (the GA's population,
 	// Tiresias' queues) between rounds.
-	policies map[string]cachedPolicy
+	policies map[string]*cachedPolicy
 	// round is the last round's number; lastTime when it started (the
 	// attained service accrues from it).
 	round    int64
@@ -152,7 +152,7 @@ func New(cfg Config, o Options) (*Controller, error) {
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
 		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence, term: o.Term, parkBudget: cmp.Or(o.ParkBudget, DefaultParkBudget),
-		policies: map[string]cachedPolicy{}, newPolicy: o.NewPolicy,
+		policies: map[string]*cachedPolicy{}, newPolicy: o.NewPolicy,
 		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap, traitsOf: o.Traits,
 	}, nil
 }
@@ -219,7 +219,7 @@ func (c *Controller) takeConfig() Config {
 // Consul.
 func (c *Controller) Forget() {
 	c.states = map[JobRef]*State{}
-	c.policies = map[string]cachedPolicy{}
+	c.policies = map[string]*cachedPolicy{}
 	c.lastTime = time.Time{}
 	c.orphans, c.lastGC = nil, time.Time{}
 	c.published = nil
@@ -263,27 +263,29 @@ func (c *Controller) TakeOver(ctx context.Context) {
 	c.lastTime = time.Time{}
 }
 
-// policyFor returns the policy for cfg, keeping its state (the GA's
-// population, Tiresias' queues) between rounds while the part of the
-// settings it reads stays the same.
-func (c *Controller) policyFor(cfg Config) (policy.Policy, error) {
+// policyFor returns the policy for cfg with what its last round handed
+// on (the GA's population, Tiresias' queues), kept between rounds while
+// the part of the settings it reads stays the same.
+func (c *Controller) policyFor(cfg Config) (*cachedPolicy, error) {
 	s := policy.Relevant(cfg.Policy, policy.Settings{Pollux: cfg.PolluxConfig()})
 	if p, ok := c.policies[cfg.Policy]; ok && p.settings == s {
-		return p.policy, nil
+		return p, nil
 	}
 	p, err := c.newPolicy(cfg.Policy, s)
 	if err != nil {
 		return nil, err
 	}
-	c.policies[cfg.Policy] = cachedPolicy{settings: s, policy: p}
-	return p, nil
+	cp := &cachedPolicy{settings: s, policy: p}
+	c.policies[cfg.Policy] = cp
+	return cp, nil
 }
 
 // cachedPolicy is a policy kept between rounds with the settings it was
-// made with.
+// made with and what its last round handed on (the next Input.Carry).
 type cachedPolicy struct {
 	settings policy.Settings
 	policy   policy.Policy
+	carry    policy.Carry
 }
 
 func metricsKey(ref JobRef) string  { return contract.MetricsKey(ref.Namespace, ref.ID) }

@@ -42,7 +42,8 @@ type scripted struct {
 	last policy.Input
 }
 
-func (s *scripted) Name() string { return "pollux" }
+func (s *scripted) Name() string        { return "pollux" }
+func (s *scripted) Carry() policy.Carry { return nil }
 
 func (s *scripted) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
 	s.mu.Lock()

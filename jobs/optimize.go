@@ -17,17 +17,20 @@ func (c *Controller) optimize(ctx context.Context, r *round) error {
 		r.status.GPUs += n.GPUs
 	}
 	r.status.Nodes = len(r.in.Nodes)
-	pol, err := c.policyFor(r.cfg)
+	cp, err := c.policyFor(r.cfg)
 	if err != nil {
 		return fmt.Errorf("failed to create policy: %w", err)
 	}
+	r.in.Round = r.number
+	r.in.Carry = cp.carry
 	r.next = policy.Allocations{}
 	if len(r.in.Jobs) > 0 {
-		r.next, err = optimizeSafely(ctx, pol, r.in)
+		r.next, err = optimizeSafely(ctx, cp.policy, r.in)
 		if err != nil {
 			c.metrics.incError("optimize")
 			return fmt.Errorf("failed to optimize: %w", err)
 		}
+		cp.carry = cp.policy.Carry()
 	}
 	c.keepOneType(r, r.pref)
 	return nil

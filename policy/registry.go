@@ -113,6 +113,9 @@ type kind struct {
 	// uses keeps the part of the settings the policy reads.
 	uses func(Settings) Settings
 	make func(Settings) (Policy, error)
+	// decode decodes the policy's Carry from JSON (nil: it hands
+	// nothing on).
+	decode func([]byte) (Carry, error)
 }
 
 var kinds = map[string]kind{
@@ -120,11 +123,13 @@ var kinds = map[string]kind{
 		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4, TypedStartReplicas: 16, SharedProfiles: true},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
 		make:   func(s Settings) (Policy, error) { return pollux.New(s.Pollux) },
+		decode: pollux.DecodeCarry,
 	},
 	"tiresias": {
 		traits: Traits{Replicas: RequestedReplicas},
 		uses:   func(s Settings) Settings { return Settings{Tiresias: s.Tiresias} },
 		make:   func(s Settings) (Policy, error) { return baseline.NewTiresias(s.Tiresias) },
+		decode: baseline.DecodeTiresiasCarry,
 	},
 	"sia": {
 		// Sia tunes each job's batch size for its configuration
@@ -177,4 +182,18 @@ func Relevant(name string, s Settings) Settings {
 		return Settings{}
 	}
 	return k.uses(s)
+}
+
+// DecodeCarry decodes the JSON form of what policy name hands from one
+// round to the next (Input.Carry); null, an empty document or a policy
+// that hands nothing on gives nil.
+func DecodeCarry(name string, raw []byte) (Carry, error) {
+	k, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if k.decode == nil || len(raw) == 0 {
+		return nil, nil
+	}
+	return k.decode(raw)
 }

@@ -31,9 +31,6 @@ type (
 	// Carry is the state a policy hands from one round to the next
 	// (core.Carry).
 	Carry = core.Carry
-	// Carrier is a Policy that hands state from one round to the next
-	// (core.Carrier).
-	Carrier = core.Carrier
 	// Policy decides the allocation of GPUs to jobs for one round
 	// (core.Policy).
 	Policy = core.Policy

@@ -269,6 +269,10 @@ type Simulator struct {
 	// policy's view of the jobs in the last round.
 	cloud     *cloudState
 	roundJobs []policy.Job
+	// rounds counts the rounds the policy decided (the next Input.Round
+	// is rounds+1), and carry is what its last one handed on.
+	rounds int64
+	carry  policy.Carry
 }
 
 // New prepares a simulation of the workload jobs under pol. applications
@@ -494,11 +498,14 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 		return -1, nil
 	}
 	s.alloc = in.Current
+	s.rounds++
+	in.Round, in.Carry = s.rounds, s.carry
 	t0 := time.Now()
 	next, err := s.pol.Optimize(ctx, in)
 	if err != nil {
 		return 0, fmt.Errorf("policy %s failed at t=%.0fs: %w", s.pol.Name(), s.now, err)
 	}
+	s.carry = s.pol.Carry()
 	opt := time.Since(t0).Seconds()
 	if err := s.check(in, next); err != nil {
 		return 0, fmt.Errorf("policy %s returned an invalid allocation at t=%.0fs: %w", s.pol.Name(), s.now, err)

@@ -250,7 +250,8 @@ type scripted struct {
 	rounds int
 }
 
-func (s *scripted) Name() string { return "tiresias" }
+func (s *scripted) Name() string        { return "tiresias" }
+func (s *scripted) Carry() policy.Carry { return nil }
 
 func (s *scripted) Optimize(_ context.Context, in policy.Input) (policy.Allocations, error) {
 	a := s.steps[min(s.rounds, len(s.steps)-1)]

@@ -51,7 +51,7 @@ func TestTiresiasQueuesAndPreemption(t *testing.T) {
 	// Round 2, one minute later: a and b both reached 240 GPU-seconds and
 	// were demoted in order (a, then b), so Q0 = [c], Q1 = [a, b]: c and a
 	// run, b (4 GPUs) no longer fits in the 2 GPUs left and is preempted.
-	in = policy.Input{Now: 120, Jobs: jobs, Nodes: nodes, Current: got}
+	in = policy.Input{Now: 120, Jobs: jobs, Nodes: nodes, Current: got, Round: 2, Carry: pol.Carry()}
 	got, err = pol.Optimize(ctx, in)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestTiresiasQueuesAndPreemption(t *testing.T) {
 		t.Fatalf("round 2 (-want +got):\n%s", diff)
 	}
 	// Round 3: job a finished; b runs again next to c.
-	in = policy.Input{Now: 180, Jobs: jobs[1:], Nodes: nodes, Current: got}
+	in = policy.Input{Now: 180, Jobs: jobs[1:], Nodes: nodes, Current: got, Round: 3, Carry: pol.Carry()}
 	got, err = pol.Optimize(ctx, in)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestBaselinesRespectInvariants(t *testing.T) {
 					pol = baseline.NewOptimus()
 				}
 				for round := range 4 {
-					out, err := pol.Optimize(context.Background(), in)
+					out, err := pol.Optimize(context.Background(), policytest.Warm(pol, in, int64(round+1)))
 					if err != nil {
 						t.Fatalf("trial %d round %d: %v", trial, round, err)
 					}

@@ -27,6 +27,9 @@ func NewOptimus() *Optimus { return &Optimus{} }
 // Name returns "optimus".
 func (o *Optimus) Name() string { return "optimus" }
 
+// Carry returns nil: Optimus decides each round from its input alone.
+func (o *Optimus) Carry() core.Carry { return nil }
+
 // Optimize runs one round of Optimus+Oracle. Every job needs an Oracle.
 func (o *Optimus) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
 	if err := ctx.Err(); err != nil {

@@ -2,7 +2,10 @@ package baseline
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/pollux-nomad/pollux/policy/internal/core"
 )
@@ -27,17 +30,66 @@ type TiresiasConfig struct {
 // preempted while later, smaller jobs may pass it. Newly started jobs are
 // placed greedily on the nodes with the most free GPUs.
 type Tiresias struct {
-	cfg      TiresiasConfig
-	queue0   []string
-	queue1   []string
-	running  map[string]bool
-	seen     map[string]bool
-	lastSeen map[string]int64 // last check time, whole seconds
-	executed map[string]int64 // executed seconds since the last promotion
-	waited   map[string]int64 // pending seconds since the last run (for PromoteKnob)
+	cfg TiresiasConfig
+	// carry is what the last Optimize handed on.
+	carry *TiresiasCarry
 }
 
 var _ core.Policy = (*Tiresias)(nil)
+
+// TiresiasCarry is what a Tiresias round hands to the next (Input.Carry):
+// the two queues in order and each job's accounting, by job ID. It is
+// never changed once returned.
+type TiresiasCarry struct {
+	// Queue0 and Queue1 are the high- and low-priority queues, FIFO.
+	Queue0 []string `json:"queue0"`
+	Queue1 []string `json:"queue1"`
+	// Running is whether the job ran in the last round.
+	Running map[string]bool `json:"running"`
+	// Seen holds the jobs that have entered a queue.
+	Seen map[string]bool `json:"seen"`
+	// LastSeen is the last round's time, whole seconds.
+	LastSeen map[string]int64 `json:"last_seen"`
+	// Executed is the seconds run since the last promotion.
+	Executed map[string]int64 `json:"executed"`
+	// Waited is the seconds pending since the last run (PromoteKnob).
+	Waited map[string]int64 `json:"waited"`
+}
+
+// newTiresiasCarry returns a copy of c, or an empty carry for nil.
+func newTiresiasCarry(c *TiresiasCarry) *TiresiasCarry {
+	out := &TiresiasCarry{
+		Running:  make(map[string]bool),
+		Seen:     make(map[string]bool),
+		LastSeen: make(map[string]int64),
+		Executed: make(map[string]int64),
+		Waited:   make(map[string]int64),
+	}
+	if c == nil {
+		return out
+	}
+	out.Queue0 = slices.Clone(c.Queue0)
+	out.Queue1 = slices.Clone(c.Queue1)
+	maps.Copy(out.Running, c.Running)
+	maps.Copy(out.Seen, c.Seen)
+	maps.Copy(out.LastSeen, c.LastSeen)
+	maps.Copy(out.Executed, c.Executed)
+	maps.Copy(out.Waited, c.Waited)
+	return out
+}
+
+// DecodeTiresiasCarry decodes a TiresiasCarry from its JSON form; null
+// gives nil.
+func DecodeTiresiasCarry(raw []byte) (core.Carry, error) {
+	var c *TiresiasCarry
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("failed to decode tiresias carry: %w", err)
+	}
+	if c == nil {
+		return nil, nil
+	}
+	return newTiresiasCarry(c), nil
+}
 
 // NewTiresias returns a Tiresias policy.
 func NewTiresias(cfg TiresiasConfig) (*Tiresias, error) {
@@ -47,71 +99,77 @@ func NewTiresias(cfg TiresiasConfig) (*Tiresias, error) {
 	if cfg.QueueThreshold == 0 {
 		cfg.QueueThreshold = 3600 * 16
 	}
-	return &Tiresias{
-		cfg:      cfg,
-		running:  make(map[string]bool),
-		seen:     make(map[string]bool),
-		lastSeen: make(map[string]int64),
-		executed: make(map[string]int64),
-		waited:   make(map[string]int64),
-	}, nil
+	return &Tiresias{cfg: cfg}, nil
 }
 
 // Name returns "tiresias".
 func (t *Tiresias) Name() string { return "tiresias" }
 
-// Optimize runs one round of Tiresias.
+// Carry returns what the last Optimize handed on (a *TiresiasCarry), nil
+// before the first call.
+func (t *Tiresias) Carry() core.Carry {
+	if t.carry == nil {
+		return nil
+	}
+	return t.carry
+}
+
+// Optimize runs one round of Tiresias from the queues in in.Carry (empty
+// without one).
 func (t *Tiresias) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	prev, _ := in.Carry.(*TiresiasCarry)
+	st := newTiresiasCarry(prev)
 	now := int64(in.Now)
 	jobs := make(map[string]*core.Job, len(in.Jobs))
 	for i := range in.Jobs {
 		jobs[in.Jobs[i].ID] = &in.Jobs[i]
 	}
-	t.forget(jobs)
+	st.forget(jobs)
 	alloc := keepValid(in, func(j *core.Job, a []string) bool { return len(a) == j.MaxReplicas })
 	// New jobs enter Q0 in submission order.
 	for _, j := range in.Jobs {
-		if !t.seen[j.ID] {
-			t.seen[j.ID] = true
-			t.queue0 = append(t.queue0, j.ID)
+		if !st.Seen[j.ID] {
+			st.Seen[j.ID] = true
+			st.Queue0 = append(st.Queue0, j.ID)
 		}
 	}
-	t.account(in.Jobs, now)
+	st.account(t.cfg, in.Jobs, now)
 
 	// Decide who runs: Q0 then Q1, FIFO, each at its requested size.
 	free := 0
 	for _, n := range in.Nodes {
 		free += n.GPUs
 	}
-	for _, queue := range [][]string{t.queue0, t.queue1} {
+	for _, queue := range [][]string{st.Queue0, st.Queue1} {
 		for _, id := range queue {
 			want := jobs[id].MaxReplicas
 			if want <= free {
-				t.running[id] = true
+				st.Running[id] = true
 				free -= want
 			} else {
-				t.running[id] = false
+				st.Running[id] = false
 				delete(alloc, id)
 			}
 		}
 	}
 	// Place the jobs that start running now.
 	pool := newFreePool(in.Nodes, alloc)
-	for _, queue := range [][]string{t.queue0, t.queue1} {
+	for _, queue := range [][]string{st.Queue0, st.Queue1} {
 		for _, id := range queue {
-			if t.running[id] && len(alloc[id]) == 0 {
+			if st.Running[id] && len(alloc[id]) == 0 {
 				alloc[id] = pool.take(jobs[id].MaxReplicas)
 			}
 		}
 	}
+	t.carry = st
 	return alloc, nil
 }
 
 // forget drops the state of jobs that are gone (completed or deleted).
-func (t *Tiresias) forget(jobs map[string]*core.Job) {
+func (st *TiresiasCarry) forget(jobs map[string]*core.Job) {
 	keep := func(q []string) []string {
 		out := q[:0]
 		for _, id := range q {
@@ -121,15 +179,15 @@ func (t *Tiresias) forget(jobs map[string]*core.Job) {
 		}
 		return out
 	}
-	t.queue0 = keep(t.queue0)
-	t.queue1 = keep(t.queue1)
-	for id := range t.seen {
+	st.Queue0 = keep(st.Queue0)
+	st.Queue1 = keep(st.Queue1)
+	for id := range st.Seen {
 		if _, ok := jobs[id]; !ok {
-			delete(t.seen, id)
-			delete(t.running, id)
-			delete(t.lastSeen, id)
-			delete(t.executed, id)
-			delete(t.waited, id)
+			delete(st.Seen, id)
+			delete(st.Running, id)
+			delete(st.LastSeen, id)
+			delete(st.Executed, id)
+			delete(st.Waited, id)
 		}
 	}
 }
@@ -137,26 +195,26 @@ func (t *Tiresias) forget(jobs map[string]*core.Job) {
 // account adds the time since the last round to each job's executed or
 // pending time and applies demotion (and promotion, if enabled). Times are
 // whole seconds, as in the artifact.
-func (t *Tiresias) account(list []core.Job, now int64) {
+func (st *TiresiasCarry) account(cfg TiresiasConfig, list []core.Job, now int64) {
 	for _, j := range list {
-		dt := now - t.lastSeen[j.ID]
-		t.lastSeen[j.ID] = now
-		if t.running[j.ID] {
-			t.executed[j.ID] += dt
-			t.waited[j.ID] = 0
-			if float64(t.executed[j.ID]*int64(j.MaxReplicas)) >= t.cfg.QueueThreshold && remove(&t.queue0, j.ID) {
-				t.queue1 = append(t.queue1, j.ID)
+		dt := now - st.LastSeen[j.ID]
+		st.LastSeen[j.ID] = now
+		if st.Running[j.ID] {
+			st.Executed[j.ID] += dt
+			st.Waited[j.ID] = 0
+			if float64(st.Executed[j.ID]*int64(j.MaxReplicas)) >= cfg.QueueThreshold && remove(&st.Queue0, j.ID) {
+				st.Queue1 = append(st.Queue1, j.ID)
 			}
 			continue
 		}
-		if t.executed[j.ID] > 0 {
-			t.waited[j.ID] += dt
+		if st.Executed[j.ID] > 0 {
+			st.Waited[j.ID] += dt
 		}
-		if t.cfg.PromoteKnob > 0 && t.executed[j.ID] > 0 &&
-			float64(t.waited[j.ID]) >= float64(t.executed[j.ID])*t.cfg.PromoteKnob && remove(&t.queue1, j.ID) {
-			t.executed[j.ID] = 0
-			t.waited[j.ID] = 0
-			t.queue0 = append(t.queue0, j.ID)
+		if cfg.PromoteKnob > 0 && st.Executed[j.ID] > 0 &&
+			float64(st.Waited[j.ID]) >= float64(st.Executed[j.ID])*cfg.PromoteKnob && remove(&st.Queue1, j.ID) {
+			st.Executed[j.ID] = 0
+			st.Waited[j.ID] = 0
+			st.Queue0 = append(st.Queue0, j.ID)
 		}
 	}
 }

@@ -122,3 +122,12 @@ func Alloc(pairs ...any) []string {
 	}
 	return out
 }
+
+// Warm returns in as round round of p's sequence: Input.Round set to
+// round and Input.Carry to what p's last Optimize handed on, as the controller and the simulator
+// pass it from one round to the next.
+func Warm(p policy.Policy, in policy.Input, round int64) policy.Input {
+	in.Round = round
+	in.Carry = p.Carry()
+	return in
+}

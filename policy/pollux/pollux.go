@@ -3,6 +3,7 @@ package pollux
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -137,9 +138,9 @@ type Config struct {
 	// generation elsewhere (at 1024 GPUs a 20-generation pause is not
 	// convergence: average JCT +3.5%; several GPU types not measured).
 	StallGenerations int
-	// Seed seeds the random source. Round r (the r-th call of Optimize)
-	// draws from PCG(Seed, r), so the same seed and the same sequence of
-	// inputs give the same decisions.
+	// Seed seeds the random source where the input sets none: round r
+	// (Input.Round) draws from PCG(seed, r), so the same seed and the
+	// same input, its Carry included, give the same decision.
 	Seed int64
 	// FairnessP is the power-mean exponent p of FITNESS_p (Pollux, OSDI
 	// '21, §4.2): more negative is fairer, 1 maximises the sum of
@@ -430,9 +431,9 @@ func (c Config) Validate() error {
 // Stats describes the last round of Policy, for logs and metrics.
 // The caller measures the duration.
 type Stats struct {
-	// Round is the 1-based index of the Optimize call; with the seed it
-	// names the round's random stream.
-	Round int
+	// Round is the input's round number; with the seed it names the
+	// round's random stream.
+	Round int64
 	// Jobs and Nodes are the problem size.
 	Jobs, Nodes int
 	// Seeds is the number of seed states (before duplicates are dropped).
@@ -464,24 +465,86 @@ type Stats struct {
 // Goodput-Optimized Deep Learning", OSDI '21, §4): a genetic algorithm
 // (NSGA-II) searches the jobs × nodes allocation matrices for the one with
 // the best power mean of the jobs' speedups, penalising restarts, as the
-// artifact's simulator/pollux.py does. It keeps the final population
-// between rounds to seed the next one, so it is not safe for concurrent
-// use.
+// artifact's simulator/pollux.py does. It hands the final population to
+// the next round as its Carry, to seed that round's search; its decision
+// is a function of the input alone. It reuses buffers between calls, so
+// it is not safe for concurrent use.
 type Policy struct {
 	cfg   Config
-	round int
 	stats Stats
+	// carry is what the last Optimize handed on.
+	carry *Carry
 
 	engine gaEngine
 	prob   polluxProblem
-
-	prevJobs   []string
-	prevNodes  []string
-	prevStates []spState
-	prevCount  int
 }
 
 var _ core.Policy = (*Policy)(nil)
+
+// Carry is what a Pollux round hands to the next (Input.Carry): the
+// final first front, or the whole population under
+// SeedFromWholePopulation, with the job and node IDs that index it. The
+// next round maps it by ID onto its own jobs and nodes (the artifact's
+// pollux.py _adapt_prev_states). It is never changed once returned.
+type Carry struct {
+	// Jobs are the IDs of the states' rows, in the round's job order.
+	Jobs []string `json:"jobs"`
+	// Nodes are the IDs the states' node indices refer to.
+	Nodes []string `json:"nodes"`
+	// States are the saved allocation matrices.
+	States []CarryState `json:"states"`
+}
+
+// CarryState is one allocation matrix of a Carry in sparse form: row j's
+// entries are Ent[Start[j]:Start[j+1]], each a node index (Carry.Nodes)
+// times 256 plus the GPUs on it.
+type CarryState struct {
+	Start []int32  `json:"start"`
+	Ent   []uint32 `json:"ent"`
+}
+
+// Carry returns what the last Optimize handed on (a *Carry), nil before
+// the first call or when the last round had none to hand on.
+func (p *Policy) Carry() core.Carry {
+	if p.carry == nil {
+		return nil
+	}
+	return p.carry
+}
+
+// DecodeCarry decodes a Carry from its JSON form; null gives nil.
+func DecodeCarry(raw []byte) (core.Carry, error) {
+	var c *Carry
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("failed to decode pollux carry: %w", err)
+	}
+	if c == nil {
+		return nil, nil
+	}
+	for k, st := range c.States {
+		if len(st.Start) < len(c.Jobs)+1 {
+			return nil, fmt.Errorf("failed to decode pollux carry: state %d has %d row starts for %d jobs", k, len(st.Start), len(c.Jobs))
+		}
+		for j := range c.Jobs {
+			if st.Start[j] < 0 || st.Start[j] > st.Start[j+1] || int(st.Start[j+1]) > len(st.Ent) {
+				return nil, fmt.Errorf("failed to decode pollux carry: state %d row %d is out of range", k, j)
+			}
+		}
+		for _, e := range st.Ent {
+			if int(spNode(e)) >= len(c.Nodes) {
+				return nil, fmt.Errorf("failed to decode pollux carry: state %d names node %d of %d", k, spNode(e), len(c.Nodes))
+			}
+		}
+	}
+	return c, nil
+}
+
+// carryOf returns in.Carry as a Pollux carry: nil when there is none or
+// it is another policy's (a settings change: the search starts afresh).
+func carryOf(in core.Input) *Carry {
+	c, _ := in.Carry.(*Carry)
+	return c
+}
 
 // New returns a Pollux policy, or an error if cfg is invalid.
 func New(cfg Config) (*Policy, error) {
@@ -507,10 +570,12 @@ func (p *Policy) LastStats() Stats { return p.stats }
 //
 // Jobs are ordered by attained service, then submission time, then ID;
 // the order decides who loses GPUs first in repair. Allocations in
-// in.Current for unknown jobs or nodes are ignored. The first call seeds
-// the search with in.Current; later calls seed it with the previous
-// round's final first front, mapped by job and node ID (new jobs start
-// with no GPUs, vanished jobs and nodes are dropped).
+// in.Current for unknown jobs or nodes are ignored. Without in.Carry the
+// search is seeded with in.Current; with it, with the previous round's
+// final first front, mapped by job and node ID (new jobs start from
+// their current allocation, vanished jobs and nodes are dropped). The
+// random draws come from in.Round and in.Seed (else Config.Seed), so the
+// decision is a function of in alone.
 //
 // If ctx is already done, Optimize returns ctx's error. If ctx ends during
 // the search, it stops between generations and returns the best
@@ -524,8 +589,9 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 	if err := core.CheckInput(in, polluxMaxNodeGPUs); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
-	p.round++
-	p.stats = Stats{Round: p.round, Jobs: len(in.Jobs), Nodes: len(in.Nodes)}
+	p.stats = Stats{Round: in.Round, Jobs: len(in.Jobs), Nodes: len(in.Nodes)}
+	// A round with nothing to search hands on what it was given.
+	p.carry = carryOf(in)
 	total := 0
 	for _, n := range in.Nodes {
 		total += n.GPUs
@@ -553,7 +619,11 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 	nSeeds := p.buildSeeds(in, order)
 	p.stats.Seeds = nSeeds
 
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(p.round)))
+	seed := cfg.Seed
+	if in.Seed != 0 {
+		seed = in.Seed
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(in.Round)))
 	e := &p.engine
 	e.reset(gaParams{
 		popSize:     cfg.Population,
@@ -617,7 +687,7 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 	p.stats.FrontSize = front
 	p.stats.BestFitness = -e.f0[best]
 	p.stats.BestUtility = -e.f1[best]
-	p.saveStates(in, order, cfg.SeedFromWholePopulation)
+	p.carry = p.saveStates(in, order, cfg.SeedFromWholePopulation)
 
 	out := core.Allocations{}
 	for id, a := range pinned {
@@ -1238,18 +1308,19 @@ func polluxJobRestartFactor(job *core.Job, running bool, cfg Config) float64 {
 }
 
 // buildSeeds writes the seed states into p.prob.seeds and returns their
-// count: the current allocation on the first round, else the saved states
+// count: the current allocation without a carry, else the carried states
 // of the previous round mapped by job and node ID (artifact pollux.py
 // _adapt_prev_states).
 func (p *Policy) buildSeeds(in core.Input, order []int) int {
 	pr := &p.prob
-	if p.prevCount == 0 {
+	c := carryOf(in)
+	if c == nil || len(c.States) == 0 {
 		pr.seeds = gaGrow(pr.seeds, 1)
 		pr.seeds[0].copyFrom(&pr.base)
 		return 1
 	}
-	prevJob := make(map[string]int, len(p.prevJobs))
-	for i, id := range p.prevJobs {
+	prevJob := make(map[string]int, len(c.Jobs))
+	for i, id := range c.Jobs {
 		prevJob[id] = i
 	}
 	nodeIdx := make(map[string]int32, pr.cols)
@@ -1257,8 +1328,8 @@ func (p *Policy) buildSeeds(in core.Input, order []int) int {
 		nodeIdx[node.ID] = int32(n)
 	}
 	// srcNode maps a previous node index to the current one, or −1.
-	srcNode := make([]int32, len(p.prevNodes))
-	for i, id := range p.prevNodes {
+	srcNode := make([]int32, len(c.Nodes))
+	for i, id := range c.Nodes {
 		if n, ok := nodeIdx[id]; ok {
 			srcNode[i] = n
 		} else {
@@ -1273,11 +1344,11 @@ func (p *Policy) buildSeeds(in core.Input, order []int) int {
 			srcJob[j] = -1
 		}
 	}
-	if len(pr.seeds) < p.prevCount {
-		pr.seeds = append(pr.seeds, make([]spState, p.prevCount-len(pr.seeds))...)
+	if len(pr.seeds) < len(c.States) {
+		pr.seeds = append(pr.seeds, make([]spState, len(c.States)-len(pr.seeds))...)
 	}
-	for k := range p.prevCount {
-		src, dst := &p.prevStates[k], &pr.seeds[k]
+	for k := range c.States {
+		src, dst := spState{start: c.States[k].Start, ent: c.States[k].Ent}, &pr.seeds[k]
 		dst.start = gaGrow(dst.start, pr.rows+1)
 		dst.ent = dst.ent[:0]
 		for j, sj := range srcJob {
@@ -1299,29 +1370,25 @@ func (p *Policy) buildSeeds(in core.Input, order []int) int {
 		}
 		dst.start[pr.rows] = int32(len(dst.ent))
 	}
-	return p.prevCount
+	return len(c.States)
 }
 
-// saveStates keeps the final first front (or the whole population) with
-// the job and node IDs that index it, to seed the next round.
-func (p *Policy) saveStates(in core.Input, order []int, whole bool) {
+// saveStates returns the final first front (or the whole population)
+// with the job and node IDs that index it, to seed the next round.
+func (p *Policy) saveStates(in core.Input, order []int, whole bool) *Carry {
 	e := &p.engine
-	p.prevJobs = p.prevJobs[:0]
+	c := &Carry{Jobs: make([]string, 0, len(order)), Nodes: make([]string, 0, len(in.Nodes))}
 	for _, ji := range order {
-		p.prevJobs = append(p.prevJobs, in.Jobs[ji].ID)
+		c.Jobs = append(c.Jobs, in.Jobs[ji].ID)
 	}
-	p.prevNodes = p.prevNodes[:0]
 	for _, n := range in.Nodes {
-		p.prevNodes = append(p.prevNodes, n.ID)
+		c.Nodes = append(c.Nodes, n.ID)
 	}
-	p.prevCount = 0
 	for _, s := range e.pop {
 		if e.rank[s] == 0 || whole {
-			if p.prevCount == len(p.prevStates) {
-				p.prevStates = append(p.prevStates, spState{})
-			}
-			p.prevStates[p.prevCount].copyFrom(&p.prob.states[s])
-			p.prevCount++
+			st := &p.prob.states[s]
+			c.States = append(c.States, CarryState{Start: slices.Clone(st.start), Ent: slices.Clone(st.ent)})
 		}
 	}
+	return c
 }

@@ -33,14 +33,14 @@ func benchmarkRounds(b *testing.B, in policy.Input) *pollux.Policy {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := p.Optimize(ctx, in); err != nil {
+	if _, err := p.Optimize(ctx, policytest.Warm(p, in, 1)); err != nil {
 		b.Fatal(err)
 	}
 	cpu0 := policytest.ProcessCPU()
 	n := 0
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := p.Optimize(ctx, in); err != nil {
+		if _, err := p.Optimize(ctx, policytest.Warm(p, in, int64(n+2))); err != nil {
 			b.Fatal(err)
 		}
 		n++

@@ -31,7 +31,7 @@ func newPollux(t testing.TB, cfg pollux.Config) *pollux.Policy {
 
 func optimize(t testing.TB, p *pollux.Policy, in policy.Input) policy.Allocations {
 	t.Helper()
-	out, err := p.Optimize(context.Background(), in)
+	out, err := p.Optimize(context.Background(), policytest.Warm(p, in, p.LastStats().Round+1))
 	if err != nil {
 		t.Fatalf("Optimize: %v", err)
 	}
@@ -171,7 +171,7 @@ func TestPolluxInvariantsOnRandomInputs(t *testing.T) {
 		// Several rounds, with jobs and nodes coming and going, to cover
 		// seeding from the previous population.
 		for round := range 4 {
-			out, err := p.Optimize(context.Background(), in)
+			out, err := p.Optimize(context.Background(), policytest.Warm(p, in, int64(round+1)))
 			if err != nil {
 				t.Fatalf("trial %d round %d: Optimize: %v", trial, round, err)
 			}
@@ -733,8 +733,8 @@ func TestPolluxStallGenerations(t *testing.T) {
 			t.Fatal(err)
 		}
 		gens := 100 // fewest over warm rounds, seeded by the previous front
-		for range 6 {
-			out, err := p.Optimize(context.Background(), tc.in)
+		for round := range 6 {
+			out, err := p.Optimize(context.Background(), policytest.Warm(p, tc.in, int64(round+1)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -257,6 +257,9 @@ func New(cfg Config) (*Policy, error) {
 // Name returns "sia".
 func (p *Policy) Name() string { return "sia" }
 
+// Carry returns nil: Sia decides each round from its input alone.
+func (p *Policy) Carry() core.Carry { return nil }
+
 // LastStats returns the statistics of the last Optimize call.
 func (p *Policy) LastStats() Stats { return p.stats }
 

@@ -161,9 +161,9 @@ type Input struct {
 	// Seed seeds the round's random draws; 0 keeps the seed the policy
 	// was configured with.
 	Seed int64
-	// Carry is what the policy's previous round handed on (Carrier.Carry
+	// Carry is what the policy's previous round handed on (Policy.Carry
 	// after that round's Optimize), passed back unchanged; nil on a first
-	// round. A Carrier decides from Input alone, Carry included, and
+	// round. A policy decides from Input alone, Carry included, and
 	// keeps nothing of its own between rounds.
 	Carry Carry
 }
@@ -174,23 +174,22 @@ type Input struct {
 // round can be recorded and decided again (policy.DecodeCarry).
 type Carry any
 
-// Carrier is a Policy that hands state from one round to the next.
-type Carrier interface {
-	Policy
-	// Carry returns what the last Optimize handed on, for the next
-	// round's Input.Carry; nil before the first.
-	Carry() Carry
-}
-
-// Policy decides the allocation of GPUs to jobs for one round. A Policy may
-// keep state between rounds (Tiresias' queues, the genetic algorithm's
-// population) and is not safe for concurrent use.
+// Policy decides the allocation of GPUs to jobs for one round. Its
+// decision is a function of the Input alone: what it hands from one round
+// to the next (Tiresias' queues, the genetic algorithm's population) it
+// returns as a Carry, which the caller passes back in the next round's
+// Input.Carry. A Policy reuses buffers between calls and is not safe for
+// concurrent use.
 type Policy interface {
 	// Name returns the policy's name ("pollux", "tiresias", "optimus").
 	Name() string
 	// Optimize returns the new allocation. Every returned allocation
 	// respects node capacities and the jobs' replica bounds.
 	Optimize(ctx context.Context, in Input) (Allocations, error)
+	// Carry returns what the last Optimize handed on, for the next
+	// round's Input.Carry; nil before the first call or for a policy that
+	// hands nothing on.
+	Carry() Carry
 }
 
 // Placement groups an allocation into GPUs per node in rank order, for
