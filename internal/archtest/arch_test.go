@@ -20,10 +20,10 @@ var layers = [][]string{
 	// The wire contract and the pure leaves.
 	{"contract/quote", "contract", "contract/contracttest", "model", "data", "apps/internal/delaunay", "internal/stats"},
 	// The types the policies share, then the policies.
-	{"policy/internal/core"},
+	{"policy"},
 	{"policy/pollux", "policy/sia", "policy/baseline"},
-	// Pure core built on them.
-	{"internal/access", "metrics", "policy", "results", "workload", "apps"},
+	// Pure core built on them (the registry of the policies among it).
+	{"internal/access", "metrics", "policy/registry", "results", "workload", "apps"},
 	// Cluster sizing on the policy's types.
 	{"policy/autoscale"},
 	// Test helpers of the core; the controller, its Consul adapter, the
@@ -44,7 +44,7 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/registry", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
 
 // notDependOn lists, for a package and its sub-packages, the packages it
 // must not depend on even indirectly although their layers would allow

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // TiresiasConfig configures the Tiresias baseline. The zero value gives the
@@ -37,7 +37,7 @@ type Tiresias struct {
 	waited   map[string]int64 // pending seconds since the last run (for PromoteKnob)
 }
 
-var _ core.Policy = (*Tiresias)(nil)
+var _ policy.Policy = (*Tiresias)(nil)
 
 // NewTiresias returns a Tiresias policy.
 func NewTiresias(cfg TiresiasConfig) (*Tiresias, error) {
@@ -61,17 +61,17 @@ func NewTiresias(cfg TiresiasConfig) (*Tiresias, error) {
 func (t *Tiresias) Name() string { return "tiresias" }
 
 // Optimize runs one round of Tiresias.
-func (t *Tiresias) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
+func (t *Tiresias) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	now := int64(in.Now)
-	jobs := make(map[string]*core.Job, len(in.Jobs))
+	jobs := make(map[string]*policy.Job, len(in.Jobs))
 	for i := range in.Jobs {
 		jobs[in.Jobs[i].ID] = &in.Jobs[i]
 	}
 	t.forget(jobs)
-	alloc := keepValid(in, func(j *core.Job, a []string) bool { return len(a) == j.MaxReplicas })
+	alloc := keepValid(in, func(j *policy.Job, a []string) bool { return len(a) == j.MaxReplicas })
 	// New jobs enter Q0 in submission order.
 	for _, j := range in.Jobs {
 		if !t.seen[j.ID] {
@@ -111,7 +111,7 @@ func (t *Tiresias) Optimize(ctx context.Context, in core.Input) (core.Allocation
 }
 
 // forget drops the state of jobs that are gone (completed or deleted).
-func (t *Tiresias) forget(jobs map[string]*core.Job) {
+func (t *Tiresias) forget(jobs map[string]*policy.Job) {
 	keep := func(q []string) []string {
 		out := q[:0]
 		for _, id := range q {
@@ -137,7 +137,7 @@ func (t *Tiresias) forget(jobs map[string]*core.Job) {
 // account adds the time since the last round to each job's executed or
 // pending time and applies demotion (and promotion, if enabled). Times are
 // whole seconds, as in the artifact.
-func (t *Tiresias) account(list []core.Job, now int64) {
+func (t *Tiresias) account(list []policy.Job, now int64) {
 	for _, j := range list {
 		dt := now - t.lastSeen[j.ID]
 		t.lastSeen[j.ID] = now
@@ -176,12 +176,12 @@ func remove(q *[]string, id string) bool {
 // active jobs, accepted by ok, on known nodes, and within node capacity
 // when taken in job order. Anything else (a node that shrank or vanished,
 // an operator's edit) is dropped, so the job is placed afresh.
-func keepValid(in core.Input, ok func(j *core.Job, a []string) bool) core.Allocations {
+func keepValid(in policy.Input, ok func(j *policy.Job, a []string) bool) policy.Allocations {
 	capacity := make(map[string]int, len(in.Nodes))
 	for _, n := range in.Nodes {
 		capacity[n.ID] = n.GPUs
 	}
-	out := make(core.Allocations, len(in.Current))
+	out := make(policy.Allocations, len(in.Current))
 	for i := range in.Jobs {
 		j := &in.Jobs[i]
 		a := in.Current[j.ID]
@@ -217,7 +217,7 @@ type freePool struct {
 
 // newFreePool returns the free GPUs of each node given the allocations in
 // force.
-func newFreePool(nodes []core.Node, alloc core.Allocations) *freePool {
+func newFreePool(nodes []policy.Node, alloc policy.Allocations) *freePool {
 	used := alloc.UsedGPUs()
 	p := &freePool{ids: make([]string, len(nodes)), free: make([]int, len(nodes))}
 	for i, n := range nodes {

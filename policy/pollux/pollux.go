@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"slices"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // Defaults of Config, the Pollux artifact's settings (simulator/
@@ -327,7 +327,7 @@ const off = -1
 // Everywhere: Population 100, Generations 100, RestartPenalty 30 s,
 // AgeWeightPower 1, MaxNodesPerJob 16. A negative RestartHysteresis turns
 // GrowthHysteresis off too unless that is set.
-func (c Config) Resolve(r core.Regime) Config {
+func (c Config) Resolve(r policy.Regime) Config {
 	several := r.SeveralTypes()
 	large := !several && r.GPUs > SmallClusterGPUs
 	// byRegime returns v if set (non-zero), else the default of r.
@@ -481,7 +481,7 @@ type Policy struct {
 	prevCount  int
 }
 
-var _ core.Policy = (*Policy)(nil)
+var _ policy.Policy = (*Policy)(nil)
 
 // New returns a Pollux policy, or an error if cfg is invalid.
 func New(cfg Config) (*Policy, error) {
@@ -517,11 +517,11 @@ func (p *Policy) LastStats() Stats { return p.stats }
 // allocation found so far with a nil error (LastStats().Cancelled is
 // set), so a deadline bounds the round's time. It returns an error
 // naming the job or node for invalid input.
-func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
+func (p *Policy) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
-	if err := core.CheckInput(in, polluxMaxNodeGPUs); err != nil {
+	if err := policy.CheckInput(in, polluxMaxNodeGPUs); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
 	p.round++
@@ -531,14 +531,14 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 		total += n.GPUs
 	}
 	if len(in.Jobs) == 0 || total == 0 {
-		return core.Allocations{}, nil
+		return policy.Allocations{}, nil
 	}
 
 	// A job still restoring on its current allocation keeps it
 	// (MoveRestoring), as does a job within its first hold (FirstHold):
 	// the round solves for the others, on the GPUs left.
-	cfg := p.cfg.Resolve(core.RegimeOf(in.Nodes))
-	var pinned core.Allocations
+	cfg := p.cfg.Resolve(policy.RegimeOf(in.Nodes))
+	var pinned policy.Allocations
 	var pinnedNodes map[string]bool
 	if !cfg.MoveRestoring {
 		in, pinned, pinnedNodes = splitRestoring(in, cfg.FirstHold, max(cfg.RestartPenalty, 0))
@@ -619,7 +619,7 @@ func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations,
 	p.stats.BestUtility = -e.f1[best]
 	p.saveStates(in, order, cfg.SeedFromWholePopulation)
 
-	out := core.Allocations{}
+	out := policy.Allocations{}
 	for id, a := range pinned {
 		out[id] = a
 	}
@@ -699,13 +699,13 @@ func (p *Policy) settle(rng *rand.Rand, best int32) int {
 // flooring their speedup when their row changes, also keeps them from
 // being preempted: a job restoring for longer than a round was otherwise
 // started, preempted before it made progress and started again.
-func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allocations, map[string]bool) {
+func splitRestoring(in policy.Input, hold, penalty float64) (policy.Input, policy.Allocations, map[string]bool) {
 	nodeIdx := make(map[string]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		nodeIdx[n.ID] = i
 	}
-	var pinned core.Allocations
-	var nodes []core.Node
+	var pinned policy.Allocations
+	var nodes []policy.Node
 	var multi map[string]bool
 	for _, j := range in.Jobs {
 		if !j.Restoring && !firstHeld(j, hold, penalty) {
@@ -738,10 +738,10 @@ func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allo
 			continue
 		}
 		if pinned == nil {
-			pinned = core.Allocations{}
+			pinned = policy.Allocations{}
 		}
 		pinned[j.ID] = kept
-		if len(core.Placement(kept)) > 1 {
+		if len(policy.Placement(kept)) > 1 {
 			if multi == nil {
 				multi = map[string]bool{}
 			}
@@ -753,7 +753,7 @@ func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allo
 	if pinned == nil {
 		return in, nil, nil
 	}
-	out := core.Input{Now: in.Now, Nodes: nodes, Current: make(core.Allocations, len(in.Current))}
+	out := policy.Input{Now: in.Now, Nodes: nodes, Current: make(policy.Allocations, len(in.Current))}
 	for _, j := range in.Jobs {
 		if _, ok := pinned[j.ID]; ok {
 			continue
@@ -768,7 +768,7 @@ func splitRestoring(in core.Input, hold, penalty float64) (core.Input, core.Allo
 
 // overTypeCap tells whether alloc holds more GPUs of some type than job j
 // may hold of it (Job.TypedMaxReplicas).
-func overTypeCap(j core.Job, alloc []string, nodes []core.Node, nodeIdx map[string]int) bool {
+func overTypeCap(j policy.Job, alloc []string, nodes []policy.Node, nodeIdx map[string]int) bool {
 	if len(j.TypedMaxReplicas) == 0 {
 		return false
 	}
@@ -787,7 +787,7 @@ func overTypeCap(j core.Job, alloc []string, nodes []core.Node, nodeIdx map[stri
 // allocation (NumRestarts 0, holding it for Held > 0 seconds) for less
 // than 1 + hold restart times (RestartTime, else penalty). hold <= 0 is
 // no hold.
-func firstHeld(j core.Job, hold, penalty float64) bool {
+func firstHeld(j policy.Job, hold, penalty float64) bool {
 	if !(hold > 0) || j.NumRestarts != 0 || !(j.Held > 0) {
 		return false
 	}
@@ -801,7 +801,7 @@ func firstHeld(j core.Job, hold, penalty float64) bool {
 // polluxJobOrder returns the indices of jobs in priority order: attained
 // service ascending, then submission time, then ID (artifact pollux.py
 // optimize; pinned jobs do not exist here).
-func polluxJobOrder(jobs []core.Job) []int {
+func polluxJobOrder(jobs []policy.Job) []int {
 	order := make([]int, len(jobs))
 	for i := range order {
 		order[i] = i
@@ -830,7 +830,7 @@ func polluxJobOrder(jobs []core.Job) []int {
 // artifact's 64-GPU setting, when K_f GPUs exceed the job's batch-size
 // limits), the base falls back to GOODPUT_j(1, 1), speedup.py's own base,
 // and if that fails too the job is treated as unprofiled (speedup K/K_f).
-func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config) int {
+func (pr *polluxProblem) setup(in policy.Input, order []int, total int, cfg Config) int {
 	rows, cols := len(order), len(in.Nodes)
 	pr.rows, pr.cols = rows, cols
 	pr.p = cfg.FairnessP
@@ -852,9 +852,9 @@ func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config
 	}
 	// GPU types: the share of the cluster's GPUs of each type weighs the
 	// per-type fair-share goodputs into one base per job.
-	types := core.GPUTypes(in.Nodes)
+	types := policy.GPUTypes(in.Nodes)
 	nt := len(types)
-	pr.ntypes, pr.typed = nt, core.SeveralTypes(nt)
+	pr.ntypes, pr.typed = nt, policy.SeveralTypes(nt)
 	pr.knee = 0
 	if pr.typed {
 		pr.knee = max(cfg.StandInKnee, 0)
@@ -1007,7 +1007,7 @@ func (pr *polluxProblem) setup(in core.Input, order []int, total int, cfg Config
 // weight (τ/(τ + age))^a (Config.AgeWeightScale) times the service
 // weight A0/(A0 + attained service) (Config.ServiceWeight), and
 // their sum pr.wsum; nil (every job weight 1) when neither is on.
-func (pr *polluxProblem) jobWeights(in core.Input, order []int, tau, a, a0 float64, steps bool) {
+func (pr *polluxProblem) jobWeights(in policy.Input, order []int, tau, a, a0 float64, steps bool) {
 	if !(tau > 0) && !(a0 > 0) {
 		pr.weight = nil
 		return
@@ -1047,7 +1047,7 @@ func serviceStep(s, a0 float64, steps bool) float64 {
 // slow one. Where no type gives a fair-share goodput it falls back to one
 // GPU, and then to linear speedup (all models nil), as the untyped base
 // does; it returns false on a fallback.
-func polluxTypedBase(pr *polluxProblem, j int, job *core.Job, types []string, share []float64, fairN, fairK int) bool {
+func polluxTypedBase(pr *polluxProblem, j int, job *policy.Job, types []string, share []float64, fairN, fairK int) bool {
 	nt := len(types)
 	have := false
 	for t, name := range types {
@@ -1096,7 +1096,7 @@ func polluxTypedBase(pr *polluxProblem, j int, job *core.Job, types []string, sh
 // type's GPUs cannot reach is left to the capacity step of repair, as a
 // MaxReplicas above the cluster's size is, so that such caps change
 // nothing of the search.
-func polluxTypeCaps(pr *polluxProblem, in core.Input, order []int, types []string) {
+func polluxTypeCaps(pr *polluxProblem, in policy.Input, order []int, types []string) {
 	pr.typeCapped = false
 	if !pr.typed {
 		return
@@ -1183,7 +1183,7 @@ func polluxTypeSpeeds(pr *polluxProblem, rows int) {
 // polluxJobSpeeds sets pr.jobSpeed: per job and type, the job's probed
 // one-GPU speed (Job.ProbeSpeed) relative to its mean over the types where
 // it has a positive probe on every type, else the cluster's typeSpeed.
-func polluxJobSpeeds(pr *polluxProblem, in core.Input, order []int, types []string) {
+func polluxJobSpeeds(pr *polluxProblem, in policy.Input, order []int, types []string) {
 	nt := pr.ntypes
 	pr.jobSpeed = gaGrow(pr.jobSpeed, len(order)*nt)
 	for j, ji := range order {
@@ -1218,7 +1218,7 @@ func polluxJobSpeeds(pr *polluxProblem, in core.Input, order []int, types []stri
 // job's own restart time (or the configured one), the age capped at
 // RestartHorizon if set, times (1 − RestartHysteresis) for a job that
 // holds GPUs; 1 for a job that holds none unless PenalizeStarts.
-func polluxJobRestartFactor(job *core.Job, running bool, cfg Config) float64 {
+func polluxJobRestartFactor(job *policy.Job, running bool, cfg Config) float64 {
 	if !running && !cfg.PenalizeStarts {
 		return 1
 	}
@@ -1241,7 +1241,7 @@ func polluxJobRestartFactor(job *core.Job, running bool, cfg Config) float64 {
 // count: the current allocation on the first round, else the saved states
 // of the previous round mapped by job and node ID (artifact pollux.py
 // _adapt_prev_states).
-func (p *Policy) buildSeeds(in core.Input, order []int) int {
+func (p *Policy) buildSeeds(in policy.Input, order []int) int {
 	pr := &p.prob
 	if p.prevCount == 0 {
 		pr.seeds = gaGrow(pr.seeds, 1)
@@ -1304,7 +1304,7 @@ func (p *Policy) buildSeeds(in core.Input, order []int) int {
 
 // saveStates keeps the final first front (or the whole population) with
 // the job and node IDs that index it, to seed the next round.
-func (p *Policy) saveStates(in core.Input, order []int, whole bool) {
+func (p *Policy) saveStates(in policy.Input, order []int, whole bool) {
 	e := &p.engine
 	p.prevJobs = p.prevJobs[:0]
 	for _, ji := range order {

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // place turns the chosen configurations into nodes, type by type, largest
@@ -12,8 +12,8 @@ import (
 // free; multi-node configurations take whole free nodes, the others the
 // fullest node with room (any node with room fits, as sizes divide each
 // other).
-func (p *Policy) place(in core.Input, types []*siaType, nodeType []int, jobs []siaJob, choice []int) core.Allocations {
-	out := core.Allocations{}
+func (p *Policy) place(in policy.Input, types []*siaType, nodeType []int, jobs []siaJob, choice []int) policy.Allocations {
+	out := policy.Allocations{}
 	freeGPUs := make([]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		freeGPUs[i] = max(n.GPUs, 0)

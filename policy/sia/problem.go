@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // siaParallelMinJobs is the fewest jobs for which goodputs are evaluated
@@ -61,7 +61,7 @@ var siaArtifactPenalty = []struct {
 	sec float64
 }{{"deepspeech", 25}, {"imagenet", 250}, {"cifar", 30}, {"bert", 120}, {"yolov3", 45}}
 
-func (p *Policy) restartPenalty(j core.Job) float64 {
+func (p *Policy) restartPenalty(j policy.Job) float64 {
 	if p.cfg.ArtifactRestartPenalties {
 		for _, e := range siaArtifactPenalty {
 			if strings.Contains(j.ID, e.sub) {
@@ -79,7 +79,7 @@ func (p *Policy) restartPenalty(j core.Job) float64 {
 // reallocFactor is the Pollux restart factor as sia.py computes it
 // (sia_use_pollux_realloc_factor = True): 1 while the job is younger than
 // its penalty.
-func (p *Policy) reallocFactor(j core.Job) float64 {
+func (p *Policy) reallocFactor(j policy.Job) float64 {
 	d := p.restartPenalty(j)
 	if j.Age < d {
 		return 1
@@ -90,10 +90,10 @@ func (p *Policy) reallocFactor(j core.Job) float64 {
 // siaTypes groups the nodes with GPUs by type, in sorted type order, and
 // returns each node's type index (−1 for nodes without GPUs); maxNodes caps
 // the nodes of a configuration per type.
-func siaTypes(nodes []core.Node, maxNodes map[string]int) ([]*siaType, []int) {
+func siaTypes(nodes []policy.Node, maxNodes map[string]int) ([]*siaType, []int) {
 	byName := map[string]*siaType{}
 	var types []*siaType
-	for _, name := range core.GPUTypes(nodes) {
+	for _, name := range policy.GPUTypes(nodes) {
 		t := &siaType{name: name}
 		byName[name] = t
 		types = append(types, t)
@@ -160,7 +160,7 @@ func currentConfig(alloc []string, nodeIdx map[string]int, nodeType []int) (typ,
 }
 
 // buildJobs computes every job's configurations and their costs.
-func (p *Policy) buildJobs(in core.Input, types []*siaType, nodeType []int) []siaJob {
+func (p *Policy) buildJobs(in policy.Input, types []*siaType, nodeType []int) []siaJob {
 	nodeIdx := make(map[string]int, len(in.Nodes))
 	for i, n := range in.Nodes {
 		nodeIdx[n.ID] = i
@@ -235,7 +235,7 @@ func (p *Policy) buildJobs(in core.Input, types []*siaType, nodeType []int) []si
 }
 
 // buildJob computes one job's configurations (sia.py, optimize_mip).
-func (p *Policy) buildJob(idx int, j core.Job, cur []string, types []*siaType, nodeIdx map[string]int, nodeType []int) siaJob {
+func (p *Policy) buildJob(idx int, j policy.Job, cur []string, types []*siaType, nodeIdx map[string]int, nodeType []int) siaJob {
 	sj := siaJob{idx: idx, prev: -1}
 	lo, hi := max(1, j.MinReplicas), j.MaxReplicas
 	curTyp, curGPUs, holds := currentConfig(cur, nodeIdx, nodeType)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // maxNodeGPUs bounds a node's GPUs as Pollux does, so that an input valid
@@ -62,11 +62,11 @@ type Stats struct {
 //     on its nodes where it keeps its configuration.
 //
 // The growth limit (at most twice the GPUs a job has been profiled on) is
-// the runner's MaxReplicas (Traits.Replicas = ExploreReplicas). The integer
-// programme is solved exactly by dynamic programming over the per-type
-// capacities when that is small (64 GPUs), else by branch and bound on a
-// Lagrangian bound to the artifact's gap. It is not safe for concurrent
-// use.
+// the runner's MaxReplicas (registry.Traits.Replicas =
+// registry.ExploreReplicas). The integer programme is solved exactly by
+// dynamic programming over the per-type capacities when that is small
+// (64 GPUs), else by branch and bound on a Lagrangian bound to the
+// artifact's gap. It is not safe for concurrent use.
 type Policy struct {
 	cfg   Config
 	stats Stats
@@ -96,11 +96,11 @@ func (p *Policy) LastStats() Stats { return p.stats }
 // one GPU type, listed node by node in the order of in.Nodes. It returns an
 // error naming the job or node for invalid input, or the context's error
 // if it ended before the round.
-func (p *Policy) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
+func (p *Policy) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
-	if err := core.CheckInput(in, maxNodeGPUs); err != nil {
+	if err := policy.CheckInput(in, maxNodeGPUs); err != nil {
 		return nil, fmt.Errorf("failed to optimize allocations: %w", err)
 	}
 	p.stats = Stats{Jobs: len(in.Jobs)}

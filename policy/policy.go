@@ -1,4 +1,4 @@
-package core
+package policy
 
 import (
 	"context"
@@ -56,7 +56,7 @@ type Job struct {
 	// RestartTime is how long, in seconds, the job makes no progress when
 	// it is (re)started on a new allocation: its measured
 	// checkpoint-restore time where known. 0 means the policy's
-	// configured default (Pollux: PolluxConfig.RestartPenalty).
+	// configured default (Pollux: pollux.Config.RestartPenalty).
 	RestartTime float64
 	// Oracle is used by Optimus+Oracle only; other policies ignore it.
 	Oracle Oracle
