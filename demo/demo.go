@@ -30,6 +30,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -316,11 +317,11 @@ func buildJob(cfg Config, prefix, runID string, w workload.Job) (*nomadapi.Job, 
 		"pollux_local_bsz_max":   fmt.Sprint(app.MaxLocalBsz),
 	}
 	meta["pollux_app"] = app.Name
-	traits, err := policy.TraitsOf(cmp.Or(cfg.Policy, "pollux"))
+	traits, err := registry.TraitsOf(cmp.Or(cfg.Policy, "pollux"))
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	if traits.Replicas == policy.RequestedReplicas {
+	if traits.Replicas == registry.RequestedReplicas {
 		// The trace's fixed GPU count.
 		meta["pollux_min_gpus"], meta["pollux_max_gpus"] = fmt.Sprint(w.NumReplicas), fmt.Sprint(w.NumReplicas)
 	}
@@ -328,7 +329,7 @@ func buildJob(cfg Config, prefix, runID string, w workload.Job) (*nomadapi.Job, 
 	case !traits.AdaptiveBatch:
 		// The trace's batch size.
 		meta["pollux_init_batch_size"] = fmt.Sprint(w.BatchSize)
-		if app.Name == "ncf" && traits.Replicas != policy.RequestedReplicas {
+		if app.Name == "ncf" && traits.Replicas != registry.RequestedReplicas {
 			meta["pollux_max_gpus"] = "1"
 		}
 	case app.Name == "ncf":

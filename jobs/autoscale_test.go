@@ -10,6 +10,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 const goodAutoscaling = `
@@ -146,7 +147,7 @@ autoscaling {
 	tel := jobs.NewTelemetry()
 	c, err := jobs.New(cfg, jobs.Options{
 		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "i1", Fence: f.lock.Verify, Telemetry: tel,
-		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+		NewPolicy: func(string, registry.Settings) (policy.Policy, error) { return f.policy, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ autoscaling {
 	f.policy.set(map[string][]string{"a": {"n1", "n1", "n3", "n3"}})
 	c, err := jobs.New(cfg, jobs.Options{
 		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "i1", Fence: f.lock.Verify,
-		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
+		NewPolicy: func(string, registry.Settings) (policy.Policy, error) { return f.policy, nil },
 	})
 	if err != nil {
 		t.Fatal(err)

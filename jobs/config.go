@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract/quote"
-	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // Config is the controller's configuration (docs/contracts.md §4). It is read
@@ -331,8 +331,8 @@ func (c Config) problems() []error {
 	if c.Generations < 1 || c.Generations > 100000 {
 		bad("ga.generations", "must be in [1, 100000], got %d", c.Generations)
 	}
-	if _, err := policy.TraitsOf(c.Policy); err != nil {
-		bad("policy", "want %s, got %q", oneOf(policy.Names()), truncate(c.Policy))
+	if _, err := registry.TraitsOf(c.Policy); err != nil {
+		bad("policy", "want %s, got %q", oneOf(registry.Names()), truncate(c.Policy))
 	}
 	if c.ExploreFactor < 1 || c.ExploreFactor > maxExploreFactor {
 		bad("explore_factor", "must be in [1, %d], got %d", maxExploreFactor, c.ExploreFactor)

@@ -2,7 +2,7 @@ package jobs
 
 import (
 	"fmt"
-	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"os"
 	"path/filepath"
 	"strings"
@@ -360,7 +360,7 @@ func TestDefaultFairnessFollowsPolicy(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	s := policy.Relevant(cfg.Policy, policy.Settings{Pollux: policy.PolluxConfig{FairnessP: cfg.FairnessP}})
+	s := registry.Relevant(cfg.Policy, registry.Settings{Pollux: registry.PolluxConfig{FairnessP: cfg.FairnessP}})
 	if s.Pollux.FairnessP != 0 {
 		t.Fatalf("default fairness_p reaches the policy as %v, want 0 (the policy's default)", s.Pollux.FairnessP)
 	}

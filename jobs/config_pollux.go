@@ -11,6 +11,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // PolluxKnobs are the Pollux policy's settings beyond fairness_p,
@@ -18,7 +19,7 @@ import (
 // generations and seed: the configuration's pollux block, and
 // stall_generations and workers in its ga block. Each is 0 when the
 // document leaves it unset, which means the policy's default for the
-// cluster's regime (policy.PolluxConfig.Resolve), and -1 when the
+// cluster's regime (registry.PolluxConfig.Resolve), and -1 when the
 // document turns it off (the word "off", or 0 where 0 means none).
 type PolluxKnobs struct {
 	// RestartHysteresis (pollux.restart_hysteresis, in [0, 1) or "off")
@@ -82,7 +83,7 @@ type polluxDoc struct {
 }
 
 // off is the word that turns a knob off, and offValue its value in
-// PolluxKnobs and policy.PolluxConfig.
+// PolluxKnobs and registry.PolluxConfig.
 const (
 	off      = "off"
 	offValue = -1
@@ -245,9 +246,9 @@ func (k *PolluxKnobs) merge(d *configDoc) []error {
 // every field the agent's configuration sets, the others 0 (the
 // policy's default for the cluster's regime). A restart_penalty of 0
 // turns the restart delay of jobs without a measured one off.
-func (c Config) PolluxConfig() policy.PolluxConfig {
+func (c Config) PolluxConfig() registry.PolluxConfig {
 	k := c.Pollux
-	pc := policy.PolluxConfig{
+	pc := registry.PolluxConfig{
 		Population: c.Population, Generations: c.Generations, Seed: c.Seed,
 		FairnessP: c.FairnessP, RestartPenalty: c.RestartPenalty.Seconds(),
 		DisableInterferenceAvoidance: !c.InterferenceAvoidance,

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // TestPolluxKnobs reads every Pollux knob from HCL and JSON and checks
@@ -36,7 +37,7 @@ pollux {
 "pollux": {"restart_hysteresis": 0.4, "growth_hysteresis": "off", "service_weight": 3600,
 "age_weight_scale": "8h", "age_weight_power": 2, "first_hold": "off", "stand_in_knee": "8",
 "max_nodes_per_job": 4, "restart_horizon": "2h", "penalize_starts": true, "move_restoring": true}}`
-	want := policy.PolluxConfig{
+	want := registry.PolluxConfig{
 		Population: 100, Generations: 100, Seed: 1, RestartPenalty: -1,
 		StallGenerations: -1, Workers: 2,
 		RestartHysteresis: 0.4, GrowthHysteresis: -1, ServiceWeight: 3600,
@@ -64,7 +65,7 @@ pollux {
 // TestPolluxKnobsDefault: an agent configuration that sets no Pollux
 // knob leaves every one to the policy, with the restart penalty of 30 s.
 func TestPolluxKnobsDefault(t *testing.T) {
-	want := policy.PolluxConfig{Population: 100, Generations: 100, Seed: 1, RestartPenalty: 30}
+	want := registry.PolluxConfig{Population: 100, Generations: 100, Seed: 1, RestartPenalty: 30}
 	if diff := cmp.Diff(want, DefaultConfig().PolluxConfig()); diff != "" {
 		t.Errorf("PolluxConfig of the defaults (-want +got):\n%s", diff)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // Options are the controller's dependencies.
@@ -40,16 +41,16 @@ type Options struct {
 	// LockIndex, the pollux_term of the job versions it writes; 0 when it
 	// holds none), which the status names beside the instance.
 	Term func() uint64
-	// NewPolicy creates a policy by name (default policy.New); tests pass
+	// NewPolicy creates a policy by name (default registry.New); tests pass
 	// a scripted one.
-	NewPolicy func(name string, s policy.Settings) (policy.Policy, error)
+	NewPolicy func(name string, s registry.Settings) (policy.Policy, error)
 	// Bootstrap predicts a job's throughput on a GPU type it has not run
 	// on (default SpeedRatioBootstrap).
 	Bootstrap Bootstrapper
 	// Traits returns what the named policy needs (default
-	// policy.TraitsOf); tests of a scripted policy pass the traits it
+	// registry.TraitsOf); tests of a scripted policy pass the traits it
 	// stands in for.
-	Traits func(name string) (policy.Traits, error)
+	Traits func(name string) (registry.Traits, error)
 	// ParkBudget bounds how long a round spends scaling the jobs the
 	// policy leaves waiting to zero before it leaves the rest to the next
 	// round (default DefaultParkBudget); writes begun are finished.
@@ -76,12 +77,12 @@ type Controller struct {
 	now        func() time.Time
 	instance   string
 	metrics    *Telemetry
-	newPolicy  func(name string, s policy.Settings) (policy.Policy, error)
+	newPolicy  func(name string, s registry.Settings) (policy.Policy, error)
 	oracle     func(job Job, spec Spec) policy.Oracle
 	fence      func(ctx context.Context) error
 	term       func() uint64
 	bootstrap  Bootstrapper
-	traitsOf   func(name string) (policy.Traits, error)
+	traitsOf   func(name string) (registry.Traits, error)
 	parkBudget time.Duration
 
 	// mu guards cfg, the configuration in force, and pending, the one
@@ -95,7 +96,7 @@ type Controller struct {
 	states map[JobRef]*State
 	// profiles pools the profile points of the jobs that name the same
 	// pollux_model, per GPU type, for a policy that wants shared
-	// profiles (policy.Traits.SharedProfiles). It lives in memory: a new
+	// profiles (registry.Traits.SharedProfiles). It lives in memory: a new
 	// leader refills it as it reads the jobs' metrics documents.
 	profiles model.ProfilePool
 	// published is what each job's decision key last received
@@ -141,13 +142,13 @@ func New(cfg Config, o Options) (*Controller, error) {
 		o.Telemetry = NewTelemetry()
 	}
 	if o.NewPolicy == nil {
-		o.NewPolicy = policy.New
+		o.NewPolicy = registry.New
 	}
 	if o.Bootstrap == nil {
 		o.Bootstrap = SpeedRatioBootstrap
 	}
 	if o.Traits == nil {
-		o.Traits = policy.TraitsOf
+		o.Traits = registry.TraitsOf
 	}
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
@@ -267,7 +268,7 @@ func (c *Controller) TakeOver(ctx context.Context) {
 // on (the GA's population, Tiresias' queues), kept between rounds while
 // the part of the settings it reads stays the same.
 func (c *Controller) policyFor(cfg Config) (*cachedPolicy, error) {
-	s := policy.Relevant(cfg.Policy, policy.Settings{Pollux: cfg.PolluxConfig()})
+	s := registry.Relevant(cfg.Policy, registry.Settings{Pollux: cfg.PolluxConfig()})
 	if p, ok := c.policies[cfg.Policy]; ok && p.settings == s {
 		return p, nil
 	}
@@ -283,7 +284,7 @@ func (c *Controller) policyFor(cfg Config) (*cachedPolicy, error) {
 // cachedPolicy is a policy kept between rounds with the settings it was
 // made with and what its last round handed on (the next Input.Carry).
 type cachedPolicy struct {
-	settings policy.Settings
+	settings registry.Settings
 	policy   policy.Policy
 	carry    policy.Carry
 }

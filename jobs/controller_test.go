@@ -14,6 +14,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/jobs/jobstest"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // fixture is a controller on the in-memory stand-ins, driven by a
@@ -28,7 +29,7 @@ type fixture struct {
 	cfg     jobs.Config
 	// traits, if set, are the scripted policy's (default: the registry's
 	// for the configured name).
-	traits *policy.Traits
+	traits *registry.Traits
 	// slow hands controllers the cluster without its fast-path readers
 	// (jobstest.Cluster.Plain).
 	slow bool
@@ -117,12 +118,12 @@ func (f *fixture) controllerOfTerm(instance string, term uint64) *jobs.Controlle
 	}
 	c, err := jobs.New(f.cfg, jobs.Options{
 		Cluster: cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify, Term: termOf(term),
-		NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
-		Traits: func(name string) (policy.Traits, error) {
+		NewPolicy: func(string, registry.Settings) (policy.Policy, error) { return f.policy, nil },
+		Traits: func(name string) (registry.Traits, error) {
 			if f.traits != nil {
 				return *f.traits, nil
 			}
-			return policy.TraitsOf(name)
+			return registry.TraitsOf(name)
 		},
 	})
 	if err != nil {
@@ -447,9 +448,9 @@ func TestPolicyKeptBetweenRounds(t *testing.T) {
 	var made []string
 	c, err := jobs.New(f.cfg, jobs.Options{
 		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now,
-		NewPolicy: func(name string, s policy.Settings) (policy.Policy, error) {
+		NewPolicy: func(name string, s registry.Settings) (policy.Policy, error) {
 			made = append(made, name)
-			return policy.New(name, s)
+			return registry.New(name, s)
 		},
 	})
 	if err != nil {
@@ -669,9 +670,9 @@ func TestPolicyGetsEveryKnob(t *testing.T) {
 	f.cfg.Pollux.GrowthHysteresis = 0.2
 	f.cfg.Pollux.StallGenerations = 7
 	f.cfg.RestartPenalty = 0
-	var got policy.Settings
+	var got registry.Settings
 	c, err := jobs.New(f.cfg, jobs.Options{Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "c", Fence: f.lock.Verify,
-		NewPolicy: func(_ string, s policy.Settings) (policy.Policy, error) { got = s; return f.policy, nil }})
+		NewPolicy: func(_ string, s registry.Settings) (policy.Policy, error) { got = s; return f.policy, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

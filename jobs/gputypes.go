@@ -23,7 +23,7 @@ import (
 //     throughput model per type (policy.Job.TypedGoodput): fitted from
 //     the job's profile entries of that type, predicted for the others;
 //   - keeps every job on one type: a policy that is not type-aware
-//     (policy.Traits.TypeAware) may hand a job GPUs anywhere, so the
+//     (registry.Traits.TypeAware) may hand a job GPUs anywhere, so the
 //     controller chooses the job's type (preferredType) and moves the
 //     policy's GPU count onto that type's free GPUs, or else keeps only
 //     the GPUs of one type (keepOneType); a type-aware policy's choice is

@@ -10,6 +10,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 const (
@@ -26,7 +27,7 @@ func typedFixture(t *testing.T, gpus int) *fixture {
 	f.cluster.SetGPUModel("n1", t4Model)
 	f.cluster.SetGPUModel("n2", a100Model)
 	f.cfg.GPUTypeSource = jobs.GPUTypeFromDevice
-	f.traits = &policy.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: policy.ExploreReplicas}
+	f.traits = &registry.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: registry.ExploreReplicas}
 	return f
 }
 
@@ -363,7 +364,7 @@ func sharedProfilesOneType(t *testing.T, source string) {
 		f.cluster.SetGPUModel("n2", t4Model)
 		f.cfg.GPUTypeSource = source
 	}
-	f.traits = &policy.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: policy.ExploreReplicas, SharedProfiles: true}
+	f.traits = &registry.Traits{UsesGoodput: true, AdaptiveBatch: true, Replicas: registry.ExploreReplicas, SharedProfiles: true}
 	meta := map[string]string{
 		contract.MetaEnabled: "true", contract.MetaInitBatchSize: "128", contract.MetaInitLR: "0.1",
 		contract.MetaMaxBatchSize: "4096", contract.MetaLocalBszMin: "32", contract.MetaLocalBszMax: "1024",

@@ -8,6 +8,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // optimize builds the policy's input and runs the policy.
@@ -96,7 +97,7 @@ func (c *Controller) input(r *round) policy.Input {
 // policyJob is one entry as the policy sees it; total is the GPUs the
 // policy may hand out.
 func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
-	limits := policy.JobLimits{
+	limits := registry.JobLimits{
 		// A fixed-size job asks for pollux_max_gpus, else pollux_min_gpus.
 		Requested:  e.spec.MinGPUs,
 		Cap:        total,

@@ -13,6 +13,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/jobs/jobstest"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // parkedCluster is the in-memory cluster with ReadParked: it records the
@@ -49,8 +50,8 @@ func TestReadParked(t *testing.T) {
 	newController := func(instance string) *jobs.Controller {
 		c, err := jobs.New(f.cfg, jobs.Options{
 			Cluster: pc, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
-			NewPolicy: func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
-			Traits:    policy.TraitsOf,
+			NewPolicy: func(string, registry.Settings) (policy.Policy, error) { return f.policy, nil },
+			Traits:    registry.TraitsOf,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -130,8 +131,8 @@ func TestParkBudget(t *testing.T) {
 	f := newFixture(t, map[string]int{"n1": 2})
 	c, err := jobs.New(f.cfg, jobs.Options{
 		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: "one", Fence: f.lock.Verify,
-		NewPolicy:  func(string, policy.Settings) (policy.Policy, error) { return f.policy, nil },
-		Traits:     policy.TraitsOf,
+		NewPolicy:  func(string, registry.Settings) (policy.Policy, error) { return f.policy, nil },
+		Traits:     registry.TraitsOf,
 		ParkBudget: time.Nanosecond, // one chunk a round
 	})
 	if err != nil {

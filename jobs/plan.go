@@ -119,7 +119,7 @@ type PlanInput struct {
 	DryRun bool
 	Hold   string
 	// AdaptiveBatch: decisions use the jobs' fitted models to pick the
-	// batch size (policy.Traits); otherwise jobs keep theirs.
+	// batch size (registry.Traits); otherwise jobs keep theirs.
 	AdaptiveBatch bool
 	// Nodes are the GPUs the policy could hand out.
 	Nodes []policy.Node

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract"
-	"github.com/pollux-nomad/pollux/results"
+	"github.com/pollux-nomad/pollux/internal/stats"
 )
 
 // Restart times: the controller measures how long each job
@@ -59,7 +59,7 @@ func (c *Controller) observeRestartAt(ref JobRef, s *State, doc *contract.Metric
 		s.RestartSamples = slices.Delete(s.RestartSamples, 0, n-contract.MaxRestartSamples)
 	}
 	s.RestartOpen = false
-	c.log.Info("measured a restart", "job_id", ref.String(), "restart_s", sample, "estimate_s", results.Quantile(s.RestartSamples, 0.5))
+	c.log.Info("measured a restart", "job_id", ref.String(), "restart_s", sample, "estimate_s", stats.Quantile(s.RestartSamples, 0.5))
 }
 
 // restartFrom is when a restart's measurement starts: the write's time as
@@ -81,7 +81,7 @@ func restartTime(cfg Config, s *State) float64 {
 		return 0
 	}
 	// A measured 0 must not read as "unknown".
-	return max(min(results.Quantile(s.RestartSamples, 0.5), cfg.RestartTimeMax.Seconds()), 1e-3)
+	return max(min(stats.Quantile(s.RestartSamples, 0.5), cfg.RestartTimeMax.Seconds()), 1e-3)
 }
 
 // restoring tells whether a job that holds GPUs is still restarting on its

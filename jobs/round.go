@@ -7,6 +7,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // entry is one job during a round.
@@ -32,7 +33,7 @@ type round struct {
 	number int64
 	cfg    Config
 	apply  bool
-	traits policy.Traits
+	traits registry.Traits
 	start  time.Time
 	// kv is the round's unit of work with Consul.
 	kv *roundKV

@@ -10,6 +10,7 @@ import (
 	"github.com/pollux-nomad/pollux/jobs"
 	"github.com/pollux-nomad/pollux/jobs/jobstest"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // BenchmarkRound times a new leader's first round over the stand-ins at
@@ -78,7 +79,7 @@ func benchRound(b *testing.B, steady, slow bool) {
 		pol := &scripted{next: next}
 		ctl, err := jobs.New(jobs.DefaultConfig(), jobs.Options{
 			Cluster: c, KV: kv, Now: clock.Now, Instance: "bench",
-			NewPolicy:  func(string, policy.Settings) (policy.Policy, error) { return pol, nil },
+			NewPolicy:  func(string, registry.Settings) (policy.Policy, error) { return pol, nil },
 			ParkBudget: time.Hour,
 		})
 		if err != nil {

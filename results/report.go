@@ -1,11 +1,12 @@
 package results
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/pollux-nomad/pollux/internal/stats"
 )
 
 // JobResult is one job's outcome in a run.
@@ -181,8 +182,8 @@ func Summarize(r Run) Summary {
 	if len(jcts) > 0 {
 		s.AvgJCT = mean(jcts)
 		slices.Sort(jcts)
-		s.P50JCT = quantileSorted(jcts, 0.5)
-		s.P99JCT = quantileSorted(jcts, 0.99)
+		s.P50JCT = stats.QuantileSorted(jcts, 0.5)
+		s.P99JCT = stats.QuantileSorted(jcts, 0.99)
 		s.Makespan = lastCompletion
 	}
 
@@ -200,8 +201,8 @@ func Summarize(r Run) Summary {
 			ms[i] = v * 1000
 		}
 		slices.Sort(ms)
-		s.OptimizeMsMedian = quantileSorted(ms, 0.5)
-		s.OptimizeMsP95 = quantileSorted(ms, 0.95)
+		s.OptimizeMsMedian = stats.QuantileSorted(ms, 0.5)
+		s.OptimizeMsP95 = stats.QuantileSorted(ms, 0.95)
 	}
 	return s
 }
@@ -252,32 +253,11 @@ func utilization(r Run, gpuType string) float64 {
 	return sum / float64(n)
 }
 
-// Quantile returns the q-quantile (0 ≤ q ≤ 1) of xs, interpolating
-// linearly between the two nearest order statistics: with x sorted and
-// h = (n−1)·q, it is x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋]) (numpy's
-// default "linear" method, Hyndman & Fan type 7). It returns NaN for an
-// empty slice, does not modify xs, and panics if q is outside [0, 1].
-func Quantile(xs []float64, q float64) float64 {
-	if !(q >= 0 && q <= 1) {
-		panic(fmt.Sprintf("report: quantile %v outside [0, 1]", q))
-	}
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	sorted := slices.Clone(xs)
-	slices.Sort(sorted)
-	return quantileSorted(sorted, q)
-}
-
-// quantileSorted is Quantile for a sorted, non-empty slice.
-func quantileSorted(x []float64, q float64) float64 {
-	h := float64(len(x)-1) * q
-	lo := int(math.Floor(h))
-	if lo >= len(x)-1 {
-		return x[len(x)-1]
-	}
-	return x[lo] + (h-float64(lo))*(x[lo+1]-x[lo])
-}
+// Quantile returns the q-quantile (0 ≤ q ≤ 1) of xs as stats.Quantile
+// does: linear interpolation between the two nearest order statistics
+// (numpy's default), NaN for an empty slice, xs left unmodified, a panic
+// for q outside [0, 1].
+func Quantile(xs []float64, q float64) float64 { return stats.Quantile(xs, q) }
 
 // mean returns the arithmetic mean of a non-empty slice.
 func mean(xs []float64) float64 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/pollux"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 )
@@ -46,7 +47,7 @@ func (tr *tracer) Optimize(ctx context.Context, in policy.Input) (policy.Allocat
 // TestDiag traces the reallocations of one simulation: POLLUX_DIAG is an
 // entry of POLLUX_EVAL (for example big:256:640:8:21); it prints the
 // reallocations by kind and the trajectories of the POLLUX_DIAG_TOP (5)
-// most restarted jobs. POLLUX_DIAG_CONFIG is a policy.PolluxConfig as JSON
+// most restarted jobs. POLLUX_DIAG_CONFIG is a registry.PolluxConfig as JSON
 // (Seed is 1); POLLUX_DIAG_TIRESIAS=1 runs Tiresias on it first;
 // POLLUX_DIAG_APP traces jobs of one application (from its median one).
 func TestDiag(t *testing.T) {
@@ -76,7 +77,7 @@ func TestDiag(t *testing.T) {
 		fmt.Printf("%s tiresias: avg %.0f p50 %.0f p99 %.0f gpu-h/job %.2f\n", name, ti.AvgJCT, ti.P50JCT, ti.P99JCT, ti.GPUHoursPerJob)
 		byApp(r)
 	}
-	var pc policy.PolluxConfig
+	var pc registry.PolluxConfig
 	if s := os.Getenv("POLLUX_DIAG_CONFIG"); s != "" {
 		if err := json.Unmarshal([]byte(s), &pc); err != nil {
 			t.Fatalf("POLLUX_DIAG_CONFIG: %v", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/pollux"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
@@ -27,7 +28,7 @@ import (
 // "big:NODES:JOBS:HOURS:SEED[:START]" (JOBS jobs drawn over an HOURS-hour
 // window from START hours, default 2, on NODES nodes of 4 GPUs). POLLUX_EVAL_SEEDS lists Pollux seeds (default
 // 1), POLLUX_EVAL_POLICIES the policies (default pollux),
-// POLLUX_EVAL_CONFIG a policy.PolluxConfig as JSON (Seed is overridden),
+// POLLUX_EVAL_CONFIG a registry.PolluxConfig as JSON (Seed is overridden),
 // POLLUX_EVAL_APP_RESTART per-application restart delays
 // ("imagenet=250s,cifar10=25s", sim.Config.AppRestartDelay) and
 // POLLUX_EVAL_EXPLORE sim.Config.ExploreFactor, POLLUX_EVAL_START
@@ -55,7 +56,7 @@ func TestEval(t *testing.T) {
 	if s := os.Getenv("POLLUX_EVAL_POLICIES"); s != "" {
 		policies = strings.Split(s, ",")
 	}
-	var base policy.PolluxConfig
+	var base registry.PolluxConfig
 	if s := os.Getenv("POLLUX_EVAL_CONFIG"); s != "" {
 		if err := json.Unmarshal([]byte(s), &base); err != nil {
 			t.Fatalf("POLLUX_EVAL_CONFIG: %v", err)

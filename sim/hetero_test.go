@@ -15,6 +15,7 @@ import (
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/pollux"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 	"github.com/pollux-nomad/pollux/workload"
@@ -24,7 +25,7 @@ import (
 // pollux, its configuration.
 type heteroVariant struct {
 	label, name string
-	pollux      policy.PolluxConfig
+	pollux      registry.PolluxConfig
 }
 
 // TestHetero compares the type-aware pollux with sia under -rules sia on
@@ -37,7 +38,7 @@ type heteroVariant struct {
 // 1, 2, 3, 4: the tables in the order above) the tables; HETERO_KNOBS=1 adds
 // the pollux variants with Sia's restrictions (whole nodes, 2x growth),
 // HETERO_START sets sim.Config.ExploreStart for every policy (Sia's rules
-// start a job on one GPU), HETERO_CONFIG a pollux variant with that policy.PolluxConfig (JSON,
+// start a job on one GPU), HETERO_CONFIG a pollux variant with that registry.PolluxConfig (JSON,
 // label pollux-cfg), HETERO_SEED the pollux variants' GA seed (default
 // 1), table 5 five workloads generated from the Philly trace at other
 // windows and seeds (held out), HETERO_SHARE=on or off forces sim.Config.ShareProfiles (default:
@@ -57,15 +58,15 @@ func TestHetero(t *testing.T) {
 	variants := []heteroVariant{{label: "pollux", name: "pollux"}, {label: "sia", name: "sia"}}
 	if os.Getenv("HETERO_KNOBS") == "1" {
 		variants = append(variants,
-			heteroVariant{label: "pollux-whole", name: "pollux", pollux: policy.PolluxConfig{WholeNodes: true}},
-			heteroVariant{label: "pollux-grow2", name: "pollux", pollux: policy.PolluxConfig{GrowthLimit: 2}})
+			heteroVariant{label: "pollux-whole", name: "pollux", pollux: registry.PolluxConfig{WholeNodes: true}},
+			heteroVariant{label: "pollux-grow2", name: "pollux", pollux: registry.PolluxConfig{GrowthLimit: 2}})
 	}
 	if os.Getenv("HETERO_MOVE") == "1" {
 		variants = append(variants,
-			heteroVariant{label: "pollux-move.1", name: "pollux", pollux: policy.PolluxConfig{TypeMoveProbability: 0.1}})
+			heteroVariant{label: "pollux-move.1", name: "pollux", pollux: registry.PolluxConfig{TypeMoveProbability: 0.1}})
 	}
 	if js := os.Getenv("HETERO_CONFIG"); js != "" {
-		var cfg policy.PolluxConfig
+		var cfg registry.PolluxConfig
 		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
 			t.Fatalf("HETERO_CONFIG: %v", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // profileKey identifies one observed configuration of a job on a GPU type.
@@ -303,7 +304,7 @@ func (j *job) reallocate(gpuType string, placement []int, delay float64) {
 
 // info builds the policy's view of the job on a cluster of the given GPU
 // types ([""] for an untyped cluster).
-func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explore policy.JobLimits, types []string, proj projector) policy.Job {
+func (j *job) info(traits registry.Traits, now float64, maxReplicasCap int, explore registry.JobLimits, types []string, proj projector) policy.Job {
 	pj := policy.Job{
 		ID:              j.name,
 		Submitted:       j.submitted,
@@ -326,7 +327,7 @@ func (j *job) info(traits policy.Traits, now float64, maxReplicasCap int, explor
 				profiled = max(profiled, p)
 			}
 		}
-		maxReplicas = max(maxReplicas, traits.MaxReplicas(policy.JobLimits{
+		maxReplicas = max(maxReplicas, traits.MaxReplicas(registry.JobLimits{
 			Requested: j.fixedGPUs, Cap: maxReplicasCap, BatchLimit: batch / minLocal,
 			Profiled: profiled, Explore: explore.Explore, Start: explore.Start,
 		}))

@@ -6,15 +6,16 @@ import (
 	"strings"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 // PolicyNames lists the policies NewPolicy knows.
-var PolicyNames = policy.Names()
+var PolicyNames = registry.Names()
 
 // NewPolicy returns a fresh policy by name with the artifact's settings;
 // seed drives the Pollux genetic algorithm.
 func NewPolicy(name string, seed int64) (policy.Policy, error) {
-	return policy.New(name, policy.Settings{Pollux: policy.PolluxConfig{Seed: seed}})
+	return registry.New(name, registry.Settings{Pollux: registry.PolluxConfig{Seed: seed}})
 }
 
 // NewPolicyFor is NewPolicy for a simulator with the given rules: under
@@ -23,12 +24,12 @@ func NewPolicy(name string, seed int64) (policy.Policy, error) {
 // does whatever delays its simulator charges, and caps a configuration's
 // nodes per type at SiaMaxPhysicalNodes.
 func NewPolicyFor(name string, seed int64, rules Rules) (policy.Policy, error) {
-	return NewPolicyWith(name, policy.PolluxConfig{Seed: seed}, rules)
+	return NewPolicyWith(name, registry.PolluxConfig{Seed: seed}, rules)
 }
 
 // NewPolicyWith is NewPolicyFor with the Pollux policy's settings given.
-func NewPolicyWith(name string, pc policy.PolluxConfig, rules Rules) (policy.Policy, error) {
-	s := policy.Settings{Pollux: pc}
+func NewPolicyWith(name string, pc registry.PolluxConfig, rules Rules) (policy.Policy, error) {
+	s := registry.Settings{Pollux: pc}
 	if rules == RulesSia {
 		s.Sia.ArtifactRestartPenalties = true
 		// The artifact's configurations span at most the nodes each type
@@ -40,5 +41,5 @@ func NewPolicyWith(name string, pc policy.PolluxConfig, rules Rules) (policy.Pol
 		sort.Strings(limits)
 		s.Sia.MaxNodesByType = strings.Join(limits, ",")
 	}
-	return policy.New(name, s)
+	return registry.New(name, s)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/workload"
 )
 
@@ -78,7 +79,7 @@ func TestSharedProfiles(t *testing.T) {
 			projected = append(projected, j.name+"@"+target)
 			return s.bootstrap(j, target, fitted)
 		}
-		info := b.info(s.traits, 100, 64, policy.JobLimits{Explore: 2, Start: 16}, s.types, proj)
+		info := b.info(s.traits, 100, 64, registry.JobLimits{Explore: 2, Start: 16}, s.types, proj)
 		if info.TypedGoodput["a100"] == nil || info.TypedGoodput["t4"] == nil {
 			t.Fatalf("share %d: job b has models on %v, want t4 and a100", share, info.TypedGoodput)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/pollux-nomad/pollux/apps"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/workload"
 )
@@ -38,7 +39,7 @@ type Config struct {
 	// Rules selects the simulator semantics: RulesPollux (default) or
 	// RulesSia. RulesSia also sets, where left zero, AppRestartDelay to
 	// SiaRestartDelays, ExploreFactor to 2 and ExploreStart to the
-	// policy's own first allocation (policy.Traits.StartReplicas: 4 for
+	// policy's own first allocation (registry.Traits.StartReplicas: 4 for
 	// pollux, 1 for sia and the others; on a cluster of several GPU types
 	// TypedStartReplicas where set: 16 for pollux).
 	Rules Rules
@@ -77,7 +78,7 @@ type Config struct {
 	// has not been profiled yet (ExploreFactor scales from what it was
 	// profiled on). Default 4 (one node of the artifact's cluster, as the
 	// controller's explore_start; the Pollux artifact starts a job on one
-	// GPU); under RulesSia the policy's policy.Traits.StartReplicas (4
+	// GPU); under RulesSia the policy's registry.Traits.StartReplicas (4
 	// for pollux, 1 for sia, whose bootstrapping profiles one GPU of each
 	// type, as Sia's simulator does), or on several GPU types its
 	// TypedStartReplicas (16 for pollux, whose stand-in speedup of a job
@@ -91,7 +92,7 @@ type Config struct {
 	// controller pools jobs that declare the same pollux_model) instead of
 	// its own points only: for its policy's view and for its own batch
 	// size. ShareDefault (the zero value) shares on a cluster of several
-	// GPU types for a policy with policy.Traits.SharedProfiles (pollux)
+	// GPU types for a policy with registry.Traits.SharedProfiles (pollux)
 	// and nowhere else; ShareOn and ShareOff force it.
 	ShareProfiles Share
 	// MaxTime stops a simulation that has not finished (default 60 days of
@@ -107,7 +108,7 @@ type Share int
 
 const (
 	// ShareDefault shares profiles on a cluster of several GPU types for
-	// a policy whose traits ask for it (policy.Traits.SharedProfiles).
+	// a policy whose traits ask for it (registry.Traits.SharedProfiles).
 	ShareDefault Share = iota
 	// ShareOn shares profiles among the jobs of an application.
 	ShareOn
@@ -247,7 +248,7 @@ type Progress struct {
 // Simulator replays a workload on a simulated cluster under one policy.
 type Simulator struct {
 	cfg      Config
-	traits   policy.Traits
+	traits   registry.Traits
 	pol      policy.Policy
 	workload string
 	jobs     []*job
@@ -281,7 +282,7 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid simulator config: %w", err)
 	}
-	traits, err := policy.TraitsOf(pol.Name())
+	traits, err := registry.TraitsOf(pol.Name())
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +363,7 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 		// trace's num_replicas, a job whose batch size the policy does not
 		// adapt keeps its trace's batch_size, and an adaptive one is
 		// profiled and fitted (NCF stays at M = 32768).
-		if traits.Replicas == policy.RequestedReplicas {
+		if traits.Replicas == registry.RequestedReplicas {
 			j.fixedGPUs = w.NumReplicas
 		}
 		if !traits.AdaptiveBatch {
@@ -377,7 +378,7 @@ func New(cfg Config, applications map[string]*apps.Application, jobs []workload.
 			}
 		}
 		j.fit = traits.UsesGoodput
-		if (!traits.AdaptiveBatch && j.fixedBatch < 1) || (traits.Replicas == policy.RequestedReplicas && j.fixedGPUs < 1) {
+		if (!traits.AdaptiveBatch && j.fixedBatch < 1) || (traits.Replicas == registry.RequestedReplicas && j.fixedGPUs < 1) {
 			return nil, fmt.Errorf("job %d (%s): %s needs num_replicas and batch_size ≥ 1", i+1, w.Name, pol.Name())
 		}
 		s.jobs = append(s.jobs, j)
@@ -479,7 +480,7 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 			if s.traits.ProjectedGoodput {
 				proj = s.project
 			}
-			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, policy.JobLimits{Explore: s.cfg.ExploreFactor, Start: s.cfg.ExploreStart}, s.types, proj)
+			pj := j.info(s.traits, s.now, s.cfg.MaxReplicas, registry.JobLimits{Explore: s.cfg.ExploreFactor, Start: s.cfg.ExploreStart}, s.types, proj)
 			pj.RestartTime = s.restartDelay(j)
 			// Still checkpointing/restoring from the last reallocation
 			// (Sia's scaling_underway: job.rescale_time > 0).

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
 func TestOneTypeEach(t *testing.T) {
@@ -76,7 +77,7 @@ func TestExploreStartDefaults(t *testing.T) {
 		{RulesSia, "pollux", 4, 4, true},
 	}
 	for _, tc := range tests {
-		pol, err := policy.New(tc.policy, policy.Settings{})
+		pol, err := registry.New(tc.policy, registry.Settings{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/apps"
-	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
 )
@@ -113,7 +113,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	var runs []results.Run
 	for _, name := range names {
-		pol, err := sim.NewPolicyWith(name, policy.PolluxConfig{Seed: *seed, StallGenerations: *stall}, rules)
+		pol, err := sim.NewPolicyWith(name, registry.PolluxConfig{Seed: *seed, StallGenerations: *stall}, rules)
 		if err != nil {
 			return usageErr("%v", err)
 		}

@@ -1,7 +1,8 @@
 // Package access is the error both server adapters (nomad, consul) return
 // for a call refused for lack of ACL permission or failed in TLS, and the
-// recognition of TLS failures they share. Each adapter words the fix in
-// its own server's variables.
+// classification of API errors into it that they share (Server.Classify).
+// Each adapter describes its own API client and words the fix in its own
+// server's variables (Server, TLSVars).
 package access
 
 import (
@@ -9,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/pollux-nomad/pollux/contract"
@@ -88,10 +90,11 @@ func TLS(err error) (kind TLSKind, detail string) {
 // TLSVars names, for one server's clients, the settings that fix a TLS
 // failure: Peer is what the client talks to ("agent", "server"), the
 // others the environment variables of its API client, PlainFix the fix
-// when the peer speaks plain HTTP to an HTTPS client and OtherFix the one
+// when the peer speaks plain HTTP to an HTTPS client, HTTPSFix the one
+// when the client speaks plain HTTP to an HTTPS peer, and OtherFix the one
 // for any other handshake failure.
 type TLSVars struct {
-	Peer, Addr, CACert, ServerName, ClientCert, ClientKey, PlainFix, OtherFix string
+	Peer, Addr, CACert, ServerName, ClientCert, ClientKey, PlainFix, HTTPSFix, OtherFix string
 }
 
 // TLSAdvice says what a TLS failure of a request means and which setting
@@ -112,4 +115,74 @@ func TLSAdvice(err error, v TLSVars) (problem, fix string, ok bool) {
 		return "TLS handshake failed", v.OtherFix, true
 	}
 	return "", "", false
+}
+
+// Server describes one server's API client to Classify: how its errors
+// carry an HTTP response, how its 403 bodies tell a missing or unknown
+// token, and the settings that fix its failures.
+type Server struct {
+	// Name is the server ("nomad", "consul"), Policy the repository file
+	// with its least-privilege policy; both go into every Error.
+	Name, Policy string
+	// Response returns the HTTP status code and body of an error the API
+	// client returns for a response; ok is false for any other error.
+	Response func(err error) (code int, body string, ok bool)
+	// TokenVar is the variable holding the client's token
+	// ("NOMAD_TOKEN").
+	TokenVar string
+	// UnknownToken and NoToken are lower-case texts of a 403 body saying
+	// that the server does not know the token, or that none was sent;
+	// empty when the server does not say.
+	UnknownToken, NoToken string
+	// DeniedText are texts of an error that is no response (Response is
+	// not ok) yet reports a refusal, as some API clients give only as text.
+	DeniedText []string
+	// TLS names the settings that fix TLS failures.
+	TLS TLSVars
+}
+
+// Classify returns err as an *Error of s when it is a 403 (need is the
+// ACL rule op needs), a plain-HTTP request to an HTTPS peer or a TLS
+// failure; an *Error already, or any other error, is returned as it is.
+// op says what was attempted ("listing nodes").
+func (s *Server) Classify(err error, op, need string) error {
+	if err == nil {
+		return nil
+	}
+	var ae *Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	if code, body, ok := s.Response(err); ok {
+		switch {
+		case code == http.StatusForbidden:
+			fix := "the token needs " + need
+			switch lower := strings.ToLower(body); {
+			case s.UnknownToken != "" && strings.Contains(lower, s.UnknownToken):
+				fix = "the server does not know the token (check " + s.TokenVar + "); the token needs " + need
+			case s.NoToken != "" && strings.Contains(lower, s.NoToken):
+				fix = "no token was sent (set " + s.TokenVar + "); the token needs " + need
+			}
+			return s.err(Error{Op: op, Denied: true, Fix: fix, Err: err})
+		case code == http.StatusBadRequest && strings.Contains(body, "HTTP request to an HTTPS server"):
+			return s.err(Error{Op: op, Problem: "the " + s.TLS.Peer + " speaks HTTPS, the client plain HTTP", Fix: s.TLS.HTTPSFix, Err: err})
+		}
+		return err
+	}
+	msg := err.Error()
+	for _, t := range s.DeniedText {
+		if strings.Contains(msg, t) {
+			return s.err(Error{Op: op, Denied: true, Fix: "the token needs " + need, Err: err})
+		}
+	}
+	if p, fix, ok := TLSAdvice(err, s.TLS); ok {
+		return s.err(Error{Op: op, Problem: p, Fix: fix, Err: err})
+	}
+	return err
+}
+
+// err completes an Error of this server.
+func (s *Server) err(e Error) *Error {
+	e.Server, e.Policy = s.Name, s.Policy
+	return &e
 }

@@ -18,12 +18,12 @@ const module = "github.com/pollux-nomad/pollux"
 // must be placed.
 var layers = [][]string{
 	// The wire contract and the pure leaves.
-	{"contract/quote", "contract", "contract/contracttest", "model", "data", "apps/internal/delaunay"},
+	{"contract/quote", "contract", "contract/contracttest", "model", "data", "apps/internal/delaunay", "internal/stats"},
 	// The types the policies share, then the policies.
-	{"policy/internal/core"},
+	{"policy"},
 	{"policy/pollux", "policy/sia", "policy/baseline"},
-	// Pure core built on them.
-	{"internal/access", "metrics", "policy", "results", "workload", "apps"},
+	// Pure core built on them (the registry of the policies among it).
+	{"internal/access", "metrics", "policy/registry", "results", "workload", "apps"},
 	// Cluster sizing on the policy's types.
 	{"policy/autoscale"},
 	// Test helpers of the core; the controller, its Consul adapter, the
@@ -44,7 +44,15 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/registry", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+
+// notDependOn lists, for a package and its sub-packages, the packages it
+// must not depend on even indirectly although their layers would allow
+// it: the controller (jobs) is no reporting tool, so it takes its order
+// statistics from internal/stats, not from results.
+var notDependOn = map[string][]string{
+	"jobs": {"results"},
+}
 
 // workerForbidden are what the worker libraries must not depend on.
 var workerForbidden = []string{"jobs", "policy", "sim", "model", "nomad"}
@@ -125,6 +133,21 @@ func TestNoServerAPIs(t *testing.T) {
 			if isServerAPI(d) {
 				t.Errorf("%s depends on %s: it must stay free of the Nomad and Consul APIs", name, d)
 				break
+			}
+		}
+	}
+}
+
+func TestNotDependOn(t *testing.T) {
+	for name, p := range list(t) {
+		for owner, banned := range notDependOn {
+			if name != owner && !strings.HasPrefix(name, owner+"/") {
+				continue
+			}
+			for _, d := range p.Deps {
+				if r, ok := rel(d); ok && slices.Contains(banned, r) {
+					t.Errorf("%s depends on %s: %s and its sub-packages must not", name, r, owner)
+				}
 			}
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // Optimus is the Optimus+Oracle baseline (Peng et al., EuroSys '18) as
@@ -19,7 +19,7 @@ import (
 // with the most free GPUs, smallest jobs first.
 type Optimus struct{}
 
-var _ core.Policy = (*Optimus)(nil)
+var _ policy.Policy = (*Optimus)(nil)
 
 // NewOptimus returns an Optimus+Oracle policy.
 func NewOptimus() *Optimus { return &Optimus{} }
@@ -28,10 +28,10 @@ func NewOptimus() *Optimus { return &Optimus{} }
 func (o *Optimus) Name() string { return "optimus" }
 
 // Carry returns nil: Optimus decides each round from its input alone.
-func (o *Optimus) Carry() core.Carry { return nil }
+func (o *Optimus) Carry() policy.Carry { return nil }
 
 // Optimize runs one round of Optimus+Oracle. Every job needs an Oracle.
-func (o *Optimus) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
+func (o *Optimus) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (o *Optimus) Optimize(ctx context.Context, in core.Input) (core.Allocations
 	for i, j := range in.Jobs {
 		want[j.ID] = replicas[i]
 	}
-	alloc := keepValid(in, func(j *core.Job, a []string) bool { return len(a) == want[j.ID] })
+	alloc := keepValid(in, func(j *policy.Job, a []string) bool { return len(a) == want[j.ID] })
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i

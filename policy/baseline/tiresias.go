@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // TiresiasConfig configures the Tiresias baseline. The zero value gives the
@@ -35,7 +35,7 @@ type Tiresias struct {
 	carry *TiresiasCarry
 }
 
-var _ core.Policy = (*Tiresias)(nil)
+var _ policy.Policy = (*Tiresias)(nil)
 
 // TiresiasCarry is what a Tiresias round hands to the next (Input.Carry):
 // the two queues in order and each job's accounting, by job ID. It is
@@ -80,7 +80,7 @@ func newTiresiasCarry(c *TiresiasCarry) *TiresiasCarry {
 
 // DecodeTiresiasCarry decodes a TiresiasCarry from its JSON form; null
 // gives nil.
-func DecodeTiresiasCarry(raw []byte) (core.Carry, error) {
+func DecodeTiresiasCarry(raw []byte) (policy.Carry, error) {
 	var c *TiresiasCarry
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("failed to decode tiresias carry: %w", err)
@@ -107,7 +107,7 @@ func (t *Tiresias) Name() string { return "tiresias" }
 
 // Carry returns what the last Optimize handed on (a *TiresiasCarry), nil
 // before the first call.
-func (t *Tiresias) Carry() core.Carry {
+func (t *Tiresias) Carry() policy.Carry {
 	if t.carry == nil {
 		return nil
 	}
@@ -116,19 +116,19 @@ func (t *Tiresias) Carry() core.Carry {
 
 // Optimize runs one round of Tiresias from the queues in in.Carry (empty
 // without one).
-func (t *Tiresias) Optimize(ctx context.Context, in core.Input) (core.Allocations, error) {
+func (t *Tiresias) Optimize(ctx context.Context, in policy.Input) (policy.Allocations, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	prev, _ := in.Carry.(*TiresiasCarry)
 	st := newTiresiasCarry(prev)
 	now := int64(in.Now)
-	jobs := make(map[string]*core.Job, len(in.Jobs))
+	jobs := make(map[string]*policy.Job, len(in.Jobs))
 	for i := range in.Jobs {
 		jobs[in.Jobs[i].ID] = &in.Jobs[i]
 	}
 	st.forget(jobs)
-	alloc := keepValid(in, func(j *core.Job, a []string) bool { return len(a) == j.MaxReplicas })
+	alloc := keepValid(in, func(j *policy.Job, a []string) bool { return len(a) == j.MaxReplicas })
 	// New jobs enter Q0 in submission order.
 	for _, j := range in.Jobs {
 		if !st.Seen[j.ID] {
@@ -169,7 +169,7 @@ func (t *Tiresias) Optimize(ctx context.Context, in core.Input) (core.Allocation
 }
 
 // forget drops the state of jobs that are gone (completed or deleted).
-func (st *TiresiasCarry) forget(jobs map[string]*core.Job) {
+func (st *TiresiasCarry) forget(jobs map[string]*policy.Job) {
 	keep := func(q []string) []string {
 		out := q[:0]
 		for _, id := range q {
@@ -195,7 +195,7 @@ func (st *TiresiasCarry) forget(jobs map[string]*core.Job) {
 // account adds the time since the last round to each job's executed or
 // pending time and applies demotion (and promotion, if enabled). Times are
 // whole seconds, as in the artifact.
-func (st *TiresiasCarry) account(cfg TiresiasConfig, list []core.Job, now int64) {
+func (st *TiresiasCarry) account(cfg TiresiasConfig, list []policy.Job, now int64) {
 	for _, j := range list {
 		dt := now - st.LastSeen[j.ID]
 		st.LastSeen[j.ID] = now
@@ -234,12 +234,12 @@ func remove(q *[]string, id string) bool {
 // active jobs, accepted by ok, on known nodes, and within node capacity
 // when taken in job order. Anything else (a node that shrank or vanished,
 // an operator's edit) is dropped, so the job is placed afresh.
-func keepValid(in core.Input, ok func(j *core.Job, a []string) bool) core.Allocations {
+func keepValid(in policy.Input, ok func(j *policy.Job, a []string) bool) policy.Allocations {
 	capacity := make(map[string]int, len(in.Nodes))
 	for _, n := range in.Nodes {
 		capacity[n.ID] = n.GPUs
 	}
-	out := make(core.Allocations, len(in.Current))
+	out := make(policy.Allocations, len(in.Current))
 	for i := range in.Jobs {
 		j := &in.Jobs[i]
 		a := in.Current[j.ID]
@@ -275,7 +275,7 @@ type freePool struct {
 
 // newFreePool returns the free GPUs of each node given the allocations in
 // force.
-func newFreePool(nodes []core.Node, alloc core.Allocations) *freePool {
+func newFreePool(nodes []policy.Node, alloc policy.Allocations) *freePool {
 	used := alloc.UsedGPUs()
 	p := &freePool{ids: make([]string, len(nodes)), free: make([]int, len(nodes))}
 	for i, n := range nodes {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // Internal tests of the genetic algorithm and of the Pollux operators.
@@ -30,14 +30,14 @@ func (m gaTestModel) Goodput(nodes, replicas int) float64 {
 
 // gaTestInput draws a random input with assorted nodes, jobs and a current
 // allocation that may be anything (over capacity, over bounds).
-func gaTestInput(rng *rand.Rand) core.Input {
-	in := core.Input{Now: 1e4, Current: core.Allocations{}}
+func gaTestInput(rng *rand.Rand) policy.Input {
+	in := policy.Input{Now: 1e4, Current: policy.Allocations{}}
 	for i := range 1 + rng.IntN(12) {
-		in.Nodes = append(in.Nodes, core.Node{ID: fmt.Sprintf("n%02d", i), GPUs: rng.IntN(9)})
+		in.Nodes = append(in.Nodes, policy.Node{ID: fmt.Sprintf("n%02d", i), GPUs: rng.IntN(9)})
 	}
 	for i := range 1 + rng.IntN(20) {
 		lo := rng.IntN(4)
-		j := core.Job{
+		j := policy.Job{
 			ID:              fmt.Sprintf("j%02d", i),
 			Submitted:       float64(rng.IntN(100)),
 			AttainedService: float64(rng.IntN(4)),
@@ -62,7 +62,7 @@ func gaTestInput(rng *rand.Rand) core.Input {
 }
 
 // gaTestProblem sets up a problem for in (which must have GPUs).
-func gaTestProblem(t *testing.T, in core.Input, cfg Config) *polluxProblem {
+func gaTestProblem(t *testing.T, in policy.Input, cfg Config) *polluxProblem {
 	t.Helper()
 	total := 0
 	for _, n := range in.Nodes {
@@ -72,7 +72,7 @@ func gaTestProblem(t *testing.T, in core.Input, cfg Config) *polluxProblem {
 		t.Fatal("test input has no GPUs")
 	}
 	pr := &polluxProblem{}
-	pr.setup(in, polluxJobOrder(in.Jobs), total, cfg.Resolve(core.RegimeOf(in.Nodes)))
+	pr.setup(in, polluxJobOrder(in.Jobs), total, cfg.Resolve(policy.RegimeOf(in.Nodes)))
 	return pr
 }
 
@@ -537,9 +537,9 @@ func TestPolluxRepairInterferenceQuirk(t *testing.T) {
 	// jobs, then a single-node job on node 0. The artifact zeroes the
 	// second distributed job on both nodes, and (its quirk) also the
 	// single-node job ordered after it on node 0.
-	in := core.Input{
-		Nodes: []core.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}},
-		Jobs: []core.Job{
+	in := policy.Input{
+		Nodes: []policy.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}},
+		Jobs: []policy.Job{
 			{ID: "d1", AttainedService: 1, MaxReplicas: 8},
 			{ID: "d2", AttainedService: 2, MaxReplicas: 8},
 			{ID: "s", AttainedService: 3, MaxReplicas: 8},
@@ -576,9 +576,9 @@ func TestPolluxTrimKeepsCapsInRandomOrder(t *testing.T) {
 	// One job capped at 3 GPUs on 2 nodes over 4 nodes holding 2 each:
 	// whatever the order, 3 GPUs on at most 2 nodes remain, and every node
 	// is trimmed some of the time.
-	in := core.Input{
-		Nodes: []core.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}, {ID: "c", GPUs: 4}, {ID: "d", GPUs: 4}},
-		Jobs:  []core.Job{{ID: "j", MaxReplicas: 3}},
+	in := policy.Input{
+		Nodes: []policy.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 4}, {ID: "c", GPUs: 4}, {ID: "d", GPUs: 4}},
+		Jobs:  []policy.Job{{ID: "j", MaxReplicas: 3}},
 	}
 	pr := gaTestProblem(t, in, Config{MaxNodesPerJob: 2})
 	rng := rand.New(rand.NewPCG(2, 2))
@@ -614,10 +614,10 @@ func TestPolluxMutationProbabilities(t *testing.T) {
 	// are neutralised by a current allocation equal to the state, and
 	// zeroing only lowers; a change upwards is a step (3) hit whose draw
 	// was not the current value.
-	in := core.Input{
-		Nodes:   []core.Node{{ID: "a", GPUs: 8}},
-		Jobs:    []core.Job{{ID: "j0", MaxReplicas: 8}, {ID: "j1", MaxReplicas: 8, AttainedService: 1}, {ID: "j2", MaxReplicas: 8, AttainedService: 2}, {ID: "j3", MaxReplicas: 8, AttainedService: 3}},
-		Current: core.Allocations{"j0": {"a", "a"}},
+	in := policy.Input{
+		Nodes:   []policy.Node{{ID: "a", GPUs: 8}},
+		Jobs:    []policy.Job{{ID: "j0", MaxReplicas: 8}, {ID: "j1", MaxReplicas: 8, AttainedService: 1}, {ID: "j2", MaxReplicas: 8, AttainedService: 2}, {ID: "j3", MaxReplicas: 8, AttainedService: 3}},
+		Current: policy.Allocations{"j0": {"a", "a"}},
 	}
 	pr := gaTestProblem(t, in, Config{})
 	rng := rand.New(rand.NewPCG(3, 3))
@@ -650,7 +650,7 @@ func TestPolluxMutationProbabilities(t *testing.T) {
 
 func TestGaRunStopsOnCancelledContext(t *testing.T) {
 	in := gaTestInput(rand.New(rand.NewPCG(4, 4)))
-	in.Nodes = append(in.Nodes, core.Node{ID: "big", GPUs: 8})
+	in.Nodes = append(in.Nodes, policy.Node{ID: "big", GPUs: 8})
 	pr := gaTestProblem(t, in, Config{})
 	e := &gaEngine{}
 	pr.seeds = []spState{{}}

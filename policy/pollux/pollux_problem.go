@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // polluxProblem is one round's optimisation problem of PolluxSched: the
@@ -89,7 +89,7 @@ type polluxProblem struct {
 	// use (polluxUnset until then). Workers read and write it atomically;
 	// modelMu serialises the models, which are not safe for concurrent
 	// use.
-	models      []core.GoodputModel // per job and type: models[j·ntypes+t]
+	models      []policy.GoodputModel // per job and type: models[j·ntypes+t]
 	baseGoodput []float64
 	// knee is StandInKnee on a typed cluster (0: linear stand-in).
 	knee      int
@@ -407,7 +407,7 @@ func (pr *polluxProblem) computeSpeedup(j, t, nn, k int) float64 {
 
 // pinnedNodes sets cnt0 from the nodes of the distributed jobs taken out
 // of the problem (splitRestoring).
-func (pr *polluxProblem) pinnedNodes(in core.Input, nodes map[string]bool) {
+func (pr *polluxProblem) pinnedNodes(in policy.Input, nodes map[string]bool) {
 	pr.cnt0 = gaGrow(pr.cnt0, pr.cols)
 	for n, node := range in.Nodes {
 		pr.cnt0[n] = 0

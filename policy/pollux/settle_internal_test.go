@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // TestSettle: of a chosen solution that moves a running job sideways (the
@@ -14,12 +14,12 @@ import (
 // starts a waiting job on GPUs spread over two nodes, settle takes the
 // move back, keeps the start and packs it on one node.
 func TestSettle(t *testing.T) {
-	in := core.Input{Now: 1e4, Current: core.Allocations{}}
+	in := policy.Input{Now: 1e4, Current: policy.Allocations{}}
 	for i := range 6 {
-		in.Nodes = append(in.Nodes, core.Node{ID: fmt.Sprintf("n%d", i), GPUs: 4})
+		in.Nodes = append(in.Nodes, policy.Node{ID: fmt.Sprintf("n%d", i), GPUs: 4})
 	}
 	for i := range 4 {
-		j := core.Job{ID: fmt.Sprintf("j%d", i), Submitted: float64(i), MaxReplicas: 4, Goodput: gaTestModel{serial: 0.1, comm: 0.2}}
+		j := policy.Job{ID: fmt.Sprintf("j%d", i), Submitted: float64(i), MaxReplicas: 4, Goodput: gaTestModel{serial: 0.1, comm: 0.2}}
 		j.Age = in.Now - j.Submitted
 		if i < 3 {
 			in.Current[j.ID] = []string{in.Nodes[i].ID, in.Nodes[i].ID, in.Nodes[i].ID, in.Nodes[i].ID}
@@ -27,7 +27,7 @@ func TestSettle(t *testing.T) {
 		in.Jobs = append(in.Jobs, j)
 	}
 	p := &Policy{}
-	cfg := p.cfg.Resolve(core.RegimeOf(in.Nodes))
+	cfg := p.cfg.Resolve(policy.RegimeOf(in.Nodes))
 	order := polluxJobOrder(in.Jobs)
 	pr := &p.prob
 	pr.setup(in, order, 24, cfg)

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/pollux-nomad/pollux/policy/internal/core"
+	"github.com/pollux-nomad/pollux/policy"
 )
 
 // TestPolluxStandInKnee: on a cluster of several GPU types the stand-in
@@ -14,11 +14,11 @@ import (
 // linearly with StandInKnee < 0 and on a cluster of one type; and a lone
 // new job still takes every idle GPU it may have.
 func TestPolluxStandInKnee(t *testing.T) {
-	typed := []core.Node{{ID: "t4-0", GPUs: 8, Type: "t4"}, {ID: "a100-0", GPUs: 8, Type: "a100"}}
-	one := []core.Node{{ID: "n0", GPUs: 8}, {ID: "n1", GPUs: 8}}
+	typed := []policy.Node{{ID: "t4-0", GPUs: 8, Type: "t4"}, {ID: "a100-0", GPUs: 8, Type: "a100"}}
+	one := []policy.Node{{ID: "n0", GPUs: 8}, {ID: "n1", GPUs: 8}}
 	for _, tc := range []struct {
 		name  string
-		nodes []core.Node
+		nodes []policy.Node
 		knee  int
 		want  float64 // speedup on 8 GPUs over speedup on 4
 	}{
@@ -31,7 +31,7 @@ func TestPolluxStandInKnee(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := core.Input{Now: 100, Nodes: tc.nodes, Current: core.Allocations{}, Jobs: []core.Job{
+		in := policy.Input{Now: 100, Nodes: tc.nodes, Current: policy.Allocations{}, Jobs: []policy.Job{
 			{ID: "new", MaxReplicas: 8, Age: 10, ProbeSpeed: map[string]float64{"t4": 1, "a100": 4}},
 		}}
 		out, err := p.Optimize(context.Background(), in)

@@ -1,4 +1,4 @@
-package core
+package policy
 
 import (
 	"context"
@@ -56,7 +56,7 @@ type Job struct {
 	// RestartTime is how long, in seconds, the job makes no progress when
 	// it is (re)started on a new allocation: its measured
 	// checkpoint-restore time where known. 0 means the policy's
-	// configured default (Pollux: PolluxConfig.RestartPenalty).
+	// configured default (Pollux: pollux.Config.RestartPenalty).
 	RestartTime float64
 	// Oracle is used by Optimus+Oracle only; other policies ignore it.
 	Oracle Oracle
@@ -171,7 +171,7 @@ type Input struct {
 // Carry is the state a policy hands from one round to the next (the
 // genetic algorithm's final population, Tiresias' queues): the policy's
 // own value, never changed once returned, encodable as JSON so that a
-// round can be recorded and decided again (policy.DecodeCarry).
+// round can be recorded and decided again (registry.DecodeCarry).
 type Carry any
 
 // Policy decides the allocation of GPUs to jobs for one round. Its

@@ -1,12 +1,23 @@
-package policy
+package registry
 
 import (
 	"fmt"
 	"strings"
 
+	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/baseline"
 	"github.com/pollux-nomad/pollux/policy/pollux"
 	"github.com/pollux-nomad/pollux/policy/sia"
+)
+
+// The configurations of the registered policies, as Settings holds them.
+type (
+	// PolluxConfig configures Pollux (pollux.Config).
+	PolluxConfig = pollux.Config
+	// SiaConfig configures Sia (sia.Config).
+	SiaConfig = sia.Config
+	// TiresiasConfig configures Tiresias (baseline.TiresiasConfig).
+	TiresiasConfig = baseline.TiresiasConfig
 )
 
 // Traits describe what a policy needs from whoever runs it (the Nomad
@@ -25,15 +36,16 @@ type Traits struct {
 	NeedsOracle bool
 	// Replicas says how a job's MaxReplicas is bounded.
 	Replicas ReplicaBound
-	// TypeAware is true when the policy reads Node.Type and
-	// Job.TypedGoodput and never gives one job GPUs of two types. A runner
-	// of a policy without it chooses each job's GPU type itself and keeps
-	// the job on that type (the Nomad controller: jobs/gputypes.go).
+	// TypeAware is true when the policy reads policy.Node.Type and
+	// policy.Job.TypedGoodput and never gives one job GPUs of two types.
+	// A runner of a policy without it chooses each job's GPU type itself
+	// and keeps the job on that type (the Nomad controller:
+	// jobs/gputypes.go).
 	TypeAware bool
 	// ProjectedGoodput is true when, on a GPU type a job has not run on,
 	// the policy wants Sia's projection (the fitted goodput of another type
 	// times the ratio of one-GPU throughputs, model.Projected) in
-	// Job.TypedGoodput rather than the runner's bootstrapped model
+	// policy.Job.TypedGoodput rather than the runner's bootstrapped model
 	// (model.BootstrapPerf).
 	ProjectedGoodput bool
 	// StartReplicas is the most GPUs the policy gives a job that has not
@@ -112,23 +124,23 @@ type kind struct {
 	traits Traits
 	// uses keeps the part of the settings the policy reads.
 	uses func(Settings) Settings
-	make func(Settings) (Policy, error)
+	make func(Settings) (policy.Policy, error)
 	// decode decodes the policy's Carry from JSON (nil: it hands
 	// nothing on).
-	decode func([]byte) (Carry, error)
+	decode func([]byte) (policy.Carry, error)
 }
 
 var kinds = map[string]kind{
 	"pollux": {
 		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas, StartReplicas: 4, TypedStartReplicas: 16, SharedProfiles: true},
 		uses:   func(s Settings) Settings { return Settings{Pollux: s.Pollux} },
-		make:   func(s Settings) (Policy, error) { return pollux.New(s.Pollux) },
+		make:   func(s Settings) (policy.Policy, error) { return pollux.New(s.Pollux) },
 		decode: pollux.DecodeCarry,
 	},
 	"tiresias": {
 		traits: Traits{Replicas: RequestedReplicas},
 		uses:   func(s Settings) Settings { return Settings{Tiresias: s.Tiresias} },
-		make:   func(s Settings) (Policy, error) { return baseline.NewTiresias(s.Tiresias) },
+		make:   func(s Settings) (policy.Policy, error) { return baseline.NewTiresias(s.Tiresias) },
 		decode: baseline.DecodeTiresiasCarry,
 	},
 	"sia": {
@@ -138,12 +150,12 @@ var kinds = map[string]kind{
 		// get_sia_multi_job_info with share_max_replicas).
 		traits: Traits{UsesGoodput: true, AdaptiveBatch: true, TypeAware: true, Replicas: ExploreReplicas},
 		uses:   func(s Settings) Settings { return Settings{Sia: s.Sia} },
-		make:   func(s Settings) (Policy, error) { return sia.New(s.Sia) },
+		make:   func(s Settings) (policy.Policy, error) { return sia.New(s.Sia) },
 	},
 	"optimus": {
 		traits: Traits{NeedsOracle: true, Replicas: BatchReplicas},
 		uses:   func(Settings) Settings { return Settings{} },
-		make:   func(Settings) (Policy, error) { return baseline.NewOptimus(), nil },
+		make:   func(Settings) (policy.Policy, error) { return baseline.NewOptimus(), nil },
 	},
 }
 
@@ -159,7 +171,7 @@ func lookup(name string) (kind, error) {
 }
 
 // New returns a fresh policy by name, configured by its part of s.
-func New(name string, s Settings) (Policy, error) {
+func New(name string, s Settings) (policy.Policy, error) {
 	k, err := lookup(name)
 	if err != nil {
 		return nil, err
@@ -187,7 +199,7 @@ func Relevant(name string, s Settings) Settings {
 // DecodeCarry decodes the JSON form of what policy name hands from one
 // round to the next (Input.Carry); null, an empty document or a policy
 // that hands nothing on gives nil.
-func DecodeCarry(name string, raw []byte) (Carry, error) {
+func DecodeCarry(name string, raw []byte) (policy.Carry, error) {
 	k, err := lookup(name)
 	if err != nil {
 		return nil, err
