@@ -28,6 +28,12 @@ func NewGoodputCache(f GoodputFunc, b Bounds) *GoodputCache {
 	return &GoodputCache{fn: f, bounds: b}
 }
 
+// Func returns the goodput function the cache memoises.
+func (c *GoodputCache) Func() GoodputFunc { return c.fn }
+
+// Bounds returns the batch-size bounds the cache searches within.
+func (c *GoodputCache) Bounds() Bounds { return c.bounds }
+
 // Goodput returns the best goodput on nodes nodes holding replicas GPUs,
 // Choice(nodes, replicas).Goodput; Goodput(0, 0) is 0.
 func (c *GoodputCache) Goodput(nodes, replicas int) float64 {

@@ -29,6 +29,12 @@ func NewPolicyFor(name string, seed int64, rules Rules) (policy.Policy, error) {
 
 // NewPolicyWith is NewPolicyFor with the Pollux policy's settings given.
 func NewPolicyWith(name string, pc registry.PolluxConfig, rules Rules) (policy.Policy, error) {
+	return registry.New(name, SettingsFor(pc, rules))
+}
+
+// SettingsFor returns the policies' settings NewPolicyWith makes a
+// policy with (what a round's record names).
+func SettingsFor(pc registry.PolluxConfig, rules Rules) registry.Settings {
 	s := registry.Settings{Pollux: pc}
 	if rules == RulesSia {
 		s.Sia.ArtifactRestartPenalties = true
@@ -41,5 +47,5 @@ func NewPolicyWith(name string, pc registry.PolluxConfig, rules Rules) (policy.P
 		sort.Strings(limits)
 		s.Sia.MaxNodesByType = strings.Join(limits, ",")
 	}
-	return registry.New(name, s)
+	return s
 }

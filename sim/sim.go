@@ -21,6 +21,10 @@ import (
 // Config configures a simulation. The zero value gives the artifact's
 // cluster: 16 nodes of 4 GPUs, 60 s rounds, 30 s restarts, no interference.
 type Config struct {
+	// RecordRound, when set, is called after every round the policy
+	// decided with the policy's input and its decision as it returned it
+	// (before the simulator applies it), to record the round.
+	RecordRound func(in policy.Input, out policy.Allocations) error
 	// Nodes is the number of nodes (default 16) of an untyped cluster.
 	Nodes int
 	// GPUsPerNode is the GPUs per node (default 4) of an untyped cluster.
@@ -508,6 +512,11 @@ func (s *Simulator) round(ctx context.Context, interval float64) (float64, error
 	}
 	s.carry = s.pol.Carry()
 	opt := time.Since(t0).Seconds()
+	if s.cfg.RecordRound != nil {
+		if err := s.cfg.RecordRound(in, next); err != nil {
+			return 0, fmt.Errorf("failed to record round %d at t=%.0fs: %w", in.Round, s.now, err)
+		}
+	}
 	if err := s.check(in, next); err != nil {
 		return 0, fmt.Errorf("policy %s returned an invalid allocation at t=%.0fs: %w", s.pol.Name(), s.now, err)
 	}

@@ -35,6 +35,7 @@ Commands:
   agent      run the controller against Nomad and Consul
   status     print the controller's last round (from Consul KV)
   plan       show what the next round would do, changing nothing
+  replay     decide recorded rounds again and compare with what was decided
   emulate    run an emulated training job (a Nomad task of a Pollux job)
   demo       closed loop on a local cluster: submit a workload slice of emulated jobs, run the controller, compare with the simulator
   version    print the version (the Python package pollux has the same)
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageErr("missing command")
 	}
 	switch args[0] {
+	case "replay":
+		return runReplay(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		return runSimulate(ctx, args[1:], stdout, stderr)
 	case "fit":

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/apps"
+	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/record"
 	"github.com/pollux-nomad/pollux/policy/registry"
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
@@ -38,6 +40,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		asJSON       = fs.Bool("json", false, "print the summary as JSON on stdout (one object per policy)")
 		outDir       = fs.String("out", "", "write per-job CSV and PNG plots into this directory")
 		share        = fs.String("share-profiles", "auto", "fit a job's throughput models on the profiles of every job of its application: auto (pollux on a cluster of several GPU types), on, off")
+		recordDir    = fs.String("record-rounds", "", "write every round's whole input and decision into DIR/POLICY/round-NNNNNNNN.json, for pollux replay")
 		cloudFlags   = addCloudFlags(fs)
 	)
 	fs.Usage = func() {
@@ -113,9 +116,24 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	var runs []results.Run
 	for _, name := range names {
-		pol, err := sim.NewPolicyWith(name, registry.PolluxConfig{Seed: *seed, StallGenerations: *stall}, rules)
+		settings := sim.SettingsFor(registry.PolluxConfig{Seed: *seed, StallGenerations: *stall}, rules)
+		pol, err := registry.New(name, settings)
 		if err != nil {
 			return usageErr("%v", err)
+		}
+		cfg := cfg
+		if *recordDir != "" {
+			dir := filepath.Join(*recordDir, name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("-record-rounds: %w", err)
+			}
+			cfg.RecordRound = func(in policy.Input, out policy.Allocations) error {
+				rec, err := record.New(name, settings, in, out)
+				if err != nil {
+					return err
+				}
+				return rec.WriteFile(filepath.Join(dir, record.FileName(in.Round)))
+			}
 		}
 		s, err := sim.New(cfg, applications, jobs, wlName, pol)
 		if err != nil {

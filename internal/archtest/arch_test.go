@@ -24,6 +24,8 @@ var layers = [][]string{
 	{"policy/pollux", "policy/sia", "policy/baseline"},
 	// Pure core built on them (the registry of the policies among it).
 	{"internal/access", "metrics", "policy/registry", "results", "workload", "apps"},
+	// Recording and replaying rounds, through the registry.
+	{"policy/record"},
 	// Cluster sizing on the policy's types.
 	{"policy/autoscale"},
 	// Test helpers of the core; the controller, its Consul adapter, the
@@ -44,7 +46,7 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "policy/registry", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/registry", "policy/record", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
 
 // notDependOn lists, for a package and its sub-packages, the packages it
 // must not depend on even indirectly although their layers would allow
