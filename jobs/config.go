@@ -40,6 +40,10 @@ type Config struct {
 	NodePool string
 	// MaxGPUsPerJob caps every job's GPU count (0 = the cluster's total).
 	MaxGPUsPerJob int
+	// RecordRounds is how many of its last rounds the controller keeps
+	// whole (the policy's input and decision, as pollux replay reads
+	// them; served at /v1/rounds). Default 10; 0 keeps none.
+	RecordRounds int
 	// DryRun computes and publishes decisions but never changes a job.
 	DryRun bool
 	// KVPrefix is the Consul KV prefix. Default "pollux/".
@@ -109,6 +113,7 @@ func DefaultConfig() Config {
 		InterferenceAvoidance: true,
 		ExploreFactor:         4,
 		ExploreStart:          4,
+		RecordRounds:          10,
 		Policy:                "pollux",
 	}
 }
@@ -124,6 +129,7 @@ type configDoc struct {
 	Device                *string             `json:"device" hcl:"device,optional"`
 	NodePool              *string             `json:"node_pool" hcl:"node_pool,optional"`
 	MaxGPUsPerJob         *int                `json:"max_gpus_per_job" hcl:"max_gpus_per_job,optional"`
+	RecordRounds          *int                `json:"record_rounds" hcl:"record_rounds,optional"`
 	DryRun                *bool               `json:"dry_run" hcl:"dry_run,optional"`
 	KVPrefix              *string             `json:"kv_prefix" hcl:"kv_prefix,optional"`
 	InterferenceAvoidance *bool               `json:"interference_avoidance" hcl:"interference_avoidance,optional"`
@@ -213,6 +219,9 @@ func (c Config) merge(d *configDoc, at func(field string) string) (Config, error
 	}
 	if d.MaxGPUsPerJob != nil {
 		out.MaxGPUsPerJob = *d.MaxGPUsPerJob
+	}
+	if d.RecordRounds != nil {
+		out.RecordRounds = *d.RecordRounds
 	}
 	if d.DryRun != nil {
 		out.DryRun = *d.DryRun
@@ -321,6 +330,9 @@ func (c Config) problems() []error {
 	}
 	if c.MaxGPUsPerJob < 0 || c.MaxGPUsPerJob > maxMetaValue {
 		bad("max_gpus_per_job", "must be in [0, %d], got %d", maxMetaValue, c.MaxGPUsPerJob)
+	}
+	if c.RecordRounds < 0 || c.RecordRounds > maxRecordRounds {
+		bad("record_rounds", "must be in [0, %d], got %d", maxRecordRounds, c.RecordRounds)
 	}
 	if c.KVPrefix == "" || len(c.KVPrefix) > maxConfigString || !strings.HasSuffix(c.KVPrefix, "/") || strings.HasPrefix(c.KVPrefix, "/") {
 		bad("kv_prefix", "must be non-empty, at most %d bytes, end with / and not start with /, got %q", maxConfigString, truncate(c.KVPrefix))

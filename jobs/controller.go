@@ -51,6 +51,9 @@ type Options struct {
 	// registry.TraitsOf); tests of a scripted policy pass the traits it
 	// stands in for.
 	Traits func(name string) (registry.Traits, error)
+	// Rounds, if set, keeps the last rounds whole (Config.RecordRounds of
+	// them), for /v1/rounds and pollux replay.
+	Rounds *RoundLog
 	// ParkBudget bounds how long a round spends scaling the jobs the
 	// policy leaves waiting to zero before it leaves the rest to the next
 	// round (default DefaultParkBudget); writes begun are finished.
@@ -84,6 +87,8 @@ type Controller struct {
 	bootstrap  Bootstrapper
 	traitsOf   func(name string) (registry.Traits, error)
 	parkBudget time.Duration
+	// rounds keeps the last rounds whole (nil: none kept).
+	rounds *RoundLog
 
 	// mu guards cfg, the configuration in force, and pending, the one
 	// SetConfig gave for the next round.
@@ -153,7 +158,7 @@ func New(cfg Config, o Options) (*Controller, error) {
 	return &Controller{
 		cluster: o.Cluster, kv: o.KV, log: o.Logger.Named("controller"), now: o.Now,
 		instance: o.Instance, metrics: o.Telemetry, cfg: cfg, states: map[JobRef]*State{}, oracle: o.Oracle, fence: o.Fence, term: o.Term, parkBudget: cmp.Or(o.ParkBudget, DefaultParkBudget),
-		policies: map[string]*cachedPolicy{}, newPolicy: o.NewPolicy,
+		policies: map[string]*cachedPolicy{}, newPolicy: o.NewPolicy, rounds: o.Rounds,
 		typer: gpuTyper{log: o.Logger.Named("controller")}, bootstrap: o.Bootstrap, traitsOf: o.Traits,
 	}, nil
 }

@@ -13,9 +13,10 @@ import (
 )
 
 // Handler serves the agent's HTTP endpoints: /healthz (503 with the
-// reasons while the access check finds problems; acc may be nil) and the
-// Prometheus exposition at /metrics.
-func Handler(tel *Telemetry, acc *AccessCheck) *http.ServeMux {
+// reasons while the access check finds problems; acc may be nil), the
+// Prometheus exposition at /metrics and, when rounds is not nil, the
+// controller's last rounds at /v1/rounds.
+func Handler(tel *Telemetry, acc *AccessCheck, rounds *RoundLog) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		code, body := acc.Health()
@@ -24,6 +25,10 @@ func Handler(tel *Telemetry, acc *AccessCheck) *http.ServeMux {
 		_, _ = io.WriteString(w, body)
 	})
 	mux.Handle("/metrics", tel.Handler())
+	if rounds != nil {
+		mux.Handle("/v1/rounds", rounds)
+		mux.Handle("/v1/rounds/", rounds)
+	}
 	return mux
 }
 

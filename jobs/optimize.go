@@ -8,6 +8,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/model"
 	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/record"
 	"github.com/pollux-nomad/pollux/policy/registry"
 )
 
@@ -32,6 +33,7 @@ func (c *Controller) optimize(ctx context.Context, r *round) error {
 			return fmt.Errorf("failed to optimize: %w", err)
 		}
 		cp.carry = cp.policy.Carry()
+		c.recordRound(r, cp.settings)
 	}
 	c.keepOneType(r, r.pref)
 	return nil
@@ -145,4 +147,22 @@ func (c *Controller) policyJob(r *round, e *entry, total int) policy.Job {
 		pj.Oracle = c.oracle(e.job, e.spec)
 	}
 	return pj
+}
+
+// recordRound keeps the round's input and the policy's decision in the
+// round log (before the controller keeps each job on one type).
+func (c *Controller) recordRound(r *round, s registry.Settings) {
+	if c.rounds == nil {
+		return
+	}
+	if r.cfg.RecordRounds == 0 {
+		c.rounds.add(r.start, nil, 0)
+		return
+	}
+	rec, err := record.New(r.cfg.Policy, s, r.in, r.next)
+	if err != nil {
+		c.log.Warn("round not recorded", "round", r.number, "error", err)
+		return
+	}
+	c.rounds.add(r.start, rec, r.cfg.RecordRounds)
 }

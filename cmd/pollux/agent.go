@@ -152,7 +152,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// lock, every job registration by the leader's lease.
 	fenced := leader.KV()
 	fenced.OnRefused = func(_, reason string) { tel.FenceRefused("consul", reason) }
-	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: fenced, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify,
+	rounds := jobs.NewRoundLog()
+	ctrl, err := jobs.New(s.cfg, jobs.Options{Cluster: s.cluster, KV: fenced, Logger: s.log, Instance: instanceName(), Telemetry: tel, Fence: leader.Verify, Rounds: rounds,
 		Term: func() uint64 {
 			t, _ := leader.Term()
 			return t.Number
@@ -173,7 +174,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	acc := jobs.NewAccessCheck(ao)
 	if f.httpAddr != "" {
-		mux := jobs.Handler(tel, acc)
+		mux := jobs.Handler(tel, acc, rounds)
 		page := ui.Handler(ui.NewConsulSource(ctx, s.kv, ui.ReaderOf(os.Getenv("CONSUL_HTTP_TOKEN")), s.log), ui.Options{Logger: s.log})
 		mux.Handle("/ui", page)
 		mux.Handle("/ui/", page)
@@ -186,7 +187,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		s.log.Info("serving health, metrics and the status page /ui", "addr", addr.String())
+		s.log.Info("serving health, metrics, the last rounds (/v1/rounds) and the status page /ui", "addr", addr.String())
 	}
 	s.log.Info("starting agent", "kv_prefix", s.cfg.KVPrefix, "device", s.cfg.Device, "dry_run", s.cfg.DryRun)
 	ready := make(chan struct{})

@@ -29,6 +29,24 @@ type Round struct {
 	Input Input `json:"input"`
 	// Decision is the allocation the policy returned.
 	Decision policy.Allocations `json:"decision"`
+	// carry is the input's Carry, encoded into Input.Carry only when the
+	// record is: a controller keeps its last rounds in memory, and a
+	// large round's population is megabytes of JSON.
+	carry policy.Carry
+}
+
+// MarshalJSON encodes the record, the carry included.
+func (r *Round) MarshalJSON() ([]byte, error) {
+	type plain Round
+	p := plain(*r)
+	if p.Input.Carry == nil && r.carry != nil {
+		raw, err := json.Marshal(r.carry)
+		if err != nil {
+			return nil, fmt.Errorf("failed to encode round %d's carry: %w", r.Input.Round, err)
+		}
+		p.Input.Carry = raw
+	}
+	return json.Marshal(p)
 }
 
 // Input is policy.Input in a form that encodes: models as their
@@ -152,17 +170,12 @@ func (m *Model) decode() (policy.GoodputModel, error) {
 }
 
 // New returns the record of a round of policy name (made with settings
-// s) that decided out from in.
+// s) that decided out from in. It copies what the caller may change
+// later (the nodes, the allocations); the carry, never changed once a
+// policy returned it, is kept as it is.
 func New(name string, s registry.Settings, in policy.Input, out policy.Allocations) (*Round, error) {
-	r := &Round{Version: Version, Policy: name, Settings: registry.Relevant(name, s), Decision: out}
-	ri := Input{Now: in.Now, Round: in.Round, Seed: in.Seed, Nodes: in.Nodes, Current: in.Current}
-	if in.Carry != nil {
-		raw, err := json.Marshal(in.Carry)
-		if err != nil {
-			return nil, fmt.Errorf("failed to record round %d: carry: %w", in.Round, err)
-		}
-		ri.Carry = raw
-	}
+	r := &Round{Version: Version, Policy: name, Settings: registry.Relevant(name, s), Decision: copyAlloc(out), carry: in.Carry}
+	ri := Input{Now: in.Now, Round: in.Round, Seed: in.Seed, Nodes: slices.Clone(in.Nodes), Current: copyAlloc(in.Current)}
 	for _, j := range in.Jobs {
 		rj := Job{ID: j.ID, Submitted: j.Submitted, Age: j.Age, AttainedService: j.AttainedService,
 			MinReplicas: j.MinReplicas, MaxReplicas: j.MaxReplicas, NumRestarts: j.NumRestarts,
@@ -201,11 +214,15 @@ func (r *Round) PolicyInput() (policy.Input, error) {
 	if in.Current == nil {
 		in.Current = policy.Allocations{}
 	}
-	carry, err := registry.DecodeCarry(r.Policy, r.Input.Carry)
-	if err != nil {
-		return policy.Input{}, err
+	in.Carry = r.carry
+	if in.Carry == nil {
+		carry, err := registry.DecodeCarry(r.Policy, r.Input.Carry)
+		if err != nil {
+			return policy.Input{}, err
+		}
+		in.Carry = carry
 	}
-	in.Carry = carry
+	var err error
 	for _, rj := range r.Input.Jobs {
 		j := policy.Job{ID: rj.ID, Submitted: rj.Submitted, Age: rj.Age, AttainedService: rj.AttainedService,
 			MinReplicas: rj.MinReplicas, MaxReplicas: rj.MaxReplicas, NumRestarts: rj.NumRestarts,
@@ -306,6 +323,15 @@ func (r *Round) WriteFile(path string) error {
 
 // FileName is the name of round n's record in a directory of records.
 func FileName(n int64) string { return fmt.Sprintf("round-%08d.json", n) }
+
+// copyAlloc returns a copy of a (its slices too).
+func copyAlloc(a policy.Allocations) policy.Allocations {
+	out := make(policy.Allocations, len(a))
+	for id, nodes := range a {
+		out[id] = slices.Clone(nodes)
+	}
+	return out
+}
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
