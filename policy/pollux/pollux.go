@@ -416,7 +416,7 @@ func splitRestoring(in policy.Input, hold, penalty float64) (policy.Input, polic
 	if pinned == nil {
 		return in, nil, nil
 	}
-	out := policy.Input{Now: in.Now, Nodes: nodes, Current: make(policy.Allocations, len(in.Current))}
+	out := policy.Input{Now: in.Now, Nodes: nodes, Current: make(policy.Allocations, len(in.Current)), Round: in.Round, Seed: in.Seed, Carry: in.Carry}
 	for _, j := range in.Jobs {
 		if _, ok := pinned[j.ID]; ok {
 			continue

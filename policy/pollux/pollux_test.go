@@ -798,3 +798,39 @@ func TestPolluxGrowthHysteresis(t *testing.T) {
 		}
 	}
 }
+
+// TestPolluxRestoringKeepsRoundAndCarry: while a job is restoring (its
+// allocation pinned, the search solving for the others) the round is
+// still seeded by the previous round's carry and draws from the input's
+// round: the second round starts from the carried front, not from the
+// current allocation alone, and two policies given the same input decide
+// the same.
+func TestPolluxRestoringKeepsRoundAndCarry(t *testing.T) {
+	in := policytest.ClusterInput(9, 4, 4, 8)
+	p := newPollux(t, pollux.Config{Seed: 2})
+	out := optimize(t, p, in)
+	in.Current = out
+	in.Now += 60
+	var restoring string
+	for i := range in.Jobs {
+		if len(out[in.Jobs[i].ID]) > 0 && restoring == "" {
+			in.Jobs[i].Restoring = true
+			restoring = in.Jobs[i].ID
+		}
+	}
+	if restoring == "" {
+		t.Fatal("no job got GPUs in the first round")
+	}
+	in = policytest.Warm(p, in, 2)
+	first := optimize(t, p, in)
+	if st := p.LastStats(); st.Seeds < 2 || st.Round != 2 {
+		t.Errorf("round with %s restoring: round %d seeded with %d states, want round 2 seeded by the carried front", restoring, st.Round, st.Seeds)
+	}
+	again, err := newPollux(t, pollux.Config{Seed: 2}).Optimize(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("a fresh policy decided the same input differently (-first +fresh):\n%s", diff)
+	}
+}
