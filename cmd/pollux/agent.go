@@ -18,6 +18,7 @@ import (
 	"github.com/pollux-nomad/pollux/consul"
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/agent"
 	"github.com/pollux-nomad/pollux/jobs/statustext"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/ui"
@@ -198,7 +199,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 		return nil
 	}
-	return jobs.RunAgent(ctx, jobs.AgentOptions{
+	return agent.Run(ctx, agent.Options{
 		Controller: ctrl, Leadership: leader, KV: fenced, Logger: s.log, Base: s.cfg, Telemetry: tel,
 	})
 }
