@@ -28,6 +28,7 @@ import (
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/emulate"
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/agent"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/registry"
@@ -172,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (results.Run, error) {
 	defer stopAgent()
 	agentDone := make(chan error, 1)
 	go func() {
-		agentDone <- jobs.RunAgent(agentCtx, jobs.AgentOptions{
+		agentDone <- agent.Run(agentCtx, agent.Options{
 			Controller: ctrl, Leadership: kv.Leader(), KV: kv, Logger: log, Base: jcfg,
 			OnRound: func(st *jobs.Status) {
 				s := results.Sample{Time: emulated(time.Now()), JobGPUs: map[string]int{}}

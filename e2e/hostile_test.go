@@ -11,6 +11,7 @@ import (
 
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/agent"
 )
 
 // TestHostileInputs: jobs with hostile meta and metrics next to a good
@@ -116,7 +117,7 @@ func TestHostileConfig(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- jobs.RunAgent(ctx, jobs.AgentOptions{
+		done <- agent.Run(ctx, agent.Options{
 			Controller: c, Leadership: e.kv.Leader(), KV: e.kv, Logger: e.log, Base: base,
 			OnRound: func(*jobs.Status) { rounds.Add(1) },
 		})

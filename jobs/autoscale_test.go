@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/statustext"
 	"github.com/pollux-nomad/pollux/policy"
 	"github.com/pollux-nomad/pollux/policy/registry"
 )
@@ -164,7 +165,7 @@ autoscaling {
 		t.Errorf("status text lacks the autoscaling line:\n%s", s)
 	}
 	var table strings.Builder
-	if err := jobs.WriteStatusTable(&table, st, time.Time{}); err != nil {
+	if err := statustext.WriteStatusTable(&table, st, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(table.String(), "autoscaling: pool default: 2 nodes, desired 3; utility ") {

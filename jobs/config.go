@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -387,12 +386,4 @@ func oneOf(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-}
-
-// fairnessLabel is fairness_p for the log: a number, or what unset means.
-func fairnessLabel(p float64) string {
-	if p == 0 {
-		return "policy default (-1 on one GPU type, 0.5 on several)"
-	}
-	return strconv.FormatFloat(p, 'g', -1, 64)
 }

@@ -163,6 +163,11 @@ func New(cfg Config, o Options) (*Controller, error) {
 	}, nil
 }
 
+// Cluster returns the cluster the controller's rounds read and write,
+// so that the agent (package jobs/agent) watches the same jobs for new
+// submissions.
+func (c *Controller) Cluster() Cluster { return c.cluster }
+
 // Config returns the configuration in force.
 func (c *Controller) Config() Config {
 	c.mu.Lock()

@@ -18,6 +18,8 @@ import (
 	"github.com/pollux-nomad/pollux/consul"
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/agent"
+	"github.com/pollux-nomad/pollux/jobs/statustext"
 	"github.com/pollux-nomad/pollux/nomad"
 	"github.com/pollux-nomad/pollux/ui"
 )
@@ -197,7 +199,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 		return nil
 	}
-	return jobs.RunAgent(ctx, jobs.AgentOptions{
+	return agent.Run(ctx, agent.Options{
 		Controller: ctrl, Leadership: leader, KV: fenced, Logger: s.log, Base: s.cfg, Telemetry: tel,
 	})
 }
@@ -275,7 +277,7 @@ func (readOnlyKV) Delete(context.Context, string, bool) error        { return ni
 func printStatus(w io.Writer, st *jobs.Status, asJSON bool, job string) error {
 	var doc any = st
 	if job != "" {
-		j, err := jobs.FindJobStatus(st, job)
+		j, err := statustext.FindJobStatus(st, job)
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -287,9 +289,9 @@ func printStatus(w io.Writer, st *jobs.Status, asJSON bool, job string) error {
 		return enc.Encode(doc)
 	}
 	if job != "" {
-		return jobs.WriteJobStatus(w, st, job, time.Now())
+		return statustext.WriteJobStatus(w, st, job, time.Now())
 	}
-	return jobs.WriteStatusTable(w, st, time.Now())
+	return statustext.WriteStatusTable(w, st, time.Now())
 }
 
 // instanceName identifies this agent: host and Nomad allocation, or host

@@ -32,8 +32,9 @@ var layers = [][]string{
 	// simulator.
 	{"policy/policytest", "consul", "jobs", "sim"},
 	// The Nomad adapter (it implements the controller's types), the
-	// in-memory harness, the worker's Go reporter, the status page.
-	{"nomad", "nomad/nomadtest", "jobs/jobstest", "worker/go/report", "ui"},
+	// in-memory harness, the agent process around the controller, the
+	// status as text, the worker's Go reporter, the status page.
+	{"nomad", "nomad/nomadtest", "jobs/jobstest", "jobs/agent", "jobs/statustext", "worker/go/report", "ui"},
 	// The emulated trainer, then the closed-loop demo.
 	{"emulate"},
 	{"demo"},
@@ -46,7 +47,7 @@ var hashicorpAllowed = []string{"consul", "nomad", "nomad/nomadtest", "worker/go
 
 // noServerDeps must not depend, even indirectly, on the Nomad or Consul
 // APIs: the pure core, the contract and the controller.
-var noServerDeps = []string{"contract", "model", "policy", "policy/registry", "policy/record", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "internal/access"}
+var noServerDeps = []string{"contract", "model", "policy", "policy/registry", "policy/record", "policy/pollux", "policy/sia", "policy/baseline", "policy/autoscale", "sim", "apps", "workload", "metrics", "results", "jobs", "jobs/agent", "jobs/statustext", "internal/access"}
 
 // notDependOn lists, for a package and its sub-packages, the packages it
 // must not depend on even indirectly although their layers would allow

@@ -7,7 +7,7 @@ import (
 )
 
 // Clock is a manual clock: Now stays put until Advance. It implements
-// jobs.Clock; pass its Now as the controller's clock.
+// agent.Clock; pass its Now as the controller's clock.
 type Clock struct {
 	mu     sync.Mutex
 	now    time.Time

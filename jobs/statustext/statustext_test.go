@@ -1,4 +1,4 @@
-package jobs
+package statustext
 
 import (
 	"strings"
@@ -6,20 +6,21 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/jobs"
 )
 
-func testStatus() *Status {
+func testStatus() *jobs.Status {
 	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	sub := t0.Add(-90 * time.Minute)
-	return &Status{Round: 7, Time: t0, Instance: "host/alloc", Term: 12, Nodes: 2, GPUs: 8, Timings: map[string]float64{"total": 12.5},
+	return &jobs.Status{Round: 7, Time: t0, Instance: "host/alloc", Term: 12, Nodes: 2, GPUs: 8, Timings: map[string]float64{"total": 12.5},
 		Policy: "pollux", Settings: []contract.Setting{{Key: "fairness_p", Value: "-1", Set: true}, {Key: "pollux.first_hold", Value: "off"}},
-		Jobs: []JobStatus{
-			{Job: "default/train", State: StateScheduled, GPUs: 2, Submitted: &sub, Restarts: 1,
-				Decision: &Decision{BatchSize: 512, LocalBsz: 256, NumReplicas: 2, NumNodes: 1, LR: 0.2, Placement: "n1:2"},
-				Explain:  &Explanation{Reason: contract.ReasonGoodput, Message: "2 GPUs: speedup 1.80", Speedup: 1.8, SpeedupLess: 1, SpeedupMore: 1.9, BaseGoodput: 100, Goodput: 180, FairShareGPUs: 2, FairShareNodes: 1}},
-			{Job: "default/bad\x1b[31m", State: StateInvalid, Error: "pollux_init_lr: required",
-				Explain: &Explanation{Reason: contract.ReasonInvalidMeta, Key: "pollux_init_lr", Message: "invalid meta pollux_init_lr"}},
-			{Job: "other/train", State: StateScheduled},
+		Jobs: []jobs.JobStatus{
+			{Job: "default/train", State: jobs.StateScheduled, GPUs: 2, Submitted: &sub, Restarts: 1,
+				Decision: &jobs.Decision{BatchSize: 512, LocalBsz: 256, NumReplicas: 2, NumNodes: 1, LR: 0.2, Placement: "n1:2"},
+				Explain:  &jobs.Explanation{Reason: contract.ReasonGoodput, Message: "2 GPUs: speedup 1.80", Speedup: 1.8, SpeedupLess: 1, SpeedupMore: 1.9, BaseGoodput: 100, Goodput: 180, FairShareGPUs: 2, FairShareNodes: 1}},
+			{Job: "default/bad\x1b[31m", State: jobs.StateInvalid, Error: "pollux_init_lr: required",
+				Explain: &jobs.Explanation{Reason: contract.ReasonInvalidMeta, Key: "pollux_init_lr", Message: "invalid meta pollux_init_lr"}},
+			{Job: "other/train", State: jobs.StateScheduled},
 		}}
 }
 

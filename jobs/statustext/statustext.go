@@ -1,4 +1,7 @@
-package jobs
+// Package statustext writes the controller's round status (jobs.Status) as
+// text for a terminal: the table of jobs of pollux status and one job's
+// detail.
+package statustext
 
 import (
 	"fmt"
@@ -8,12 +11,13 @@ import (
 	"time"
 
 	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/jobs"
 )
 
 // WriteStatusTable writes the status as a readable table: one line per job with
 // its state, GPUs, placement (with its GPU type, if typed), batch size, LR, speedup and the reason for
 // its allocation. now is used for ages (the status's own time if zero).
-func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
+func WriteStatusTable(w io.Writer, s *jobs.Status, now time.Time) error {
 	if now.IsZero() {
 		now = s.Time
 	}
@@ -87,8 +91,8 @@ func WriteStatusTable(w io.Writer, s *Status, now time.Time) error {
 
 // FindJobStatus returns one job's line: job is "namespace/id", or an ID in any
 // namespace; it fails when no job or several match.
-func FindJobStatus(s *Status, job string) (JobStatus, error) {
-	var found []JobStatus
+func FindJobStatus(s *jobs.Status, job string) (jobs.JobStatus, error) {
+	var found []jobs.JobStatus
 	for _, j := range s.Jobs {
 		if j.Job == job || strings.HasSuffix(j.Job, "/"+job) && !strings.Contains(job, "/") {
 			found = append(found, j)
@@ -96,16 +100,16 @@ func FindJobStatus(s *Status, job string) (JobStatus, error) {
 	}
 	switch {
 	case len(found) == 0:
-		return JobStatus{}, fmt.Errorf("job %q is not in round %d's status", job, s.Round)
+		return jobs.JobStatus{}, fmt.Errorf("job %q is not in round %d's status", job, s.Round)
 	case len(found) > 1:
-		return JobStatus{}, fmt.Errorf("job %q is ambiguous: name it namespace/id (%s, %s, ...)", job, found[0].Job, found[1].Job)
+		return jobs.JobStatus{}, fmt.Errorf("job %q is ambiguous: name it namespace/id (%s, %s, ...)", job, found[0].Job, found[1].Job)
 	}
 	return found[0], nil
 }
 
 // WriteJobStatus writes one job's detail (FindJobStatus names it): its decision, the
 // explanation with the numbers behind it, and where Nomad runs it.
-func WriteJobStatus(w io.Writer, s *Status, job string, now time.Time) error {
+func WriteJobStatus(w io.Writer, s *jobs.Status, job string, now time.Time) error {
 	j, err := FindJobStatus(s, job)
 	if err != nil {
 		return err

@@ -1,8 +1,14 @@
-package jobs
+// Package agent is the long-running pollux agent around the controller
+// (package jobs): it follows the configuration in Consul, watches Nomad
+// for new Pollux jobs, competes for leadership and, while it leads, runs
+// the controller's rounds every interval, stopping them the moment the
+// term or its lease ends.
+package agent
 
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,25 +16,26 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pollux-nomad/pollux/contract"
+	"github.com/pollux-nomad/pollux/jobs"
 )
 
-// AgentOptions wire the long-running agent.
-type AgentOptions struct {
-	Controller *Controller
-	Leadership Leadership
-	KV         KV
+// Options wire the long-running agent.
+type Options struct {
+	Controller *jobs.Controller
+	Leadership jobs.Leadership
+	KV         jobs.KV
 	Logger     hclog.Logger
 	// Base is the configuration from defaults and the -config file; the
 	// KV document is merged over it.
-	Base Config
+	Base jobs.Config
 	// Telemetry records leadership (may be nil).
-	Telemetry *Telemetry
+	Telemetry *jobs.Telemetry
 	// OnRound is called after each round (may be nil), for tests.
-	OnRound func(*Status)
+	OnRound func(*jobs.Status)
 	// OnConfig is called after each configuration document from Consul
 	// is handled (may be nil), for tests: with the configuration it
 	// loaded, or the error that made it keep the last good one.
-	OnConfig func(Config, error)
+	OnConfig func(jobs.Config, error)
 	// Clock times the rounds and the retries (default the wall clock).
 	Clock Clock
 }
@@ -46,11 +53,11 @@ type wallClock struct{}
 func (wallClock) Now() time.Time                         { return time.Now() }
 func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// RunAgent runs until ctx ends: it watches the configuration in Consul,
+// Run runs until ctx ends: it watches the configuration in Consul,
 // competes for leadership, and while it leads runs a round every
 // interval. Rounds stop the moment leadership is lost: the round's context
 // is cancelled, so no write of a former leader overlaps the new leader's.
-func RunAgent(ctx context.Context, o AgentOptions) error {
+func Run(ctx context.Context, o Options) error {
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -62,7 +69,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	g, ctx := errgroup.WithContext(ctx)
 	wake := make(chan struct{}, 1)
 	g.Go(func() error { watchConfig(ctx, o, log); return nil })
-	g.Go(func() error { watchJobs(ctx, o.Controller.cluster, o.Clock, log, wake); return nil })
+	g.Go(func() error { watchJobs(ctx, o.Controller.Cluster(), o.Clock, log, wake); return nil })
 	g.Go(func() error { return lead(ctx, o, log, wake) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -73,7 +80,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 
 // watchConfig follows <prefix>config with blocking queries; an invalid
 // document keeps the last good configuration.
-func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
+func watchConfig(ctx context.Context, o Options, log hclog.Logger) {
 	var index uint64
 	var last string
 	retry := backoff{clock: o.Clock}
@@ -94,19 +101,19 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 			merged, err := o.Base.MergeJSON(raw)
 			if err != nil {
 				log.Error("invalid configuration in consul; keeping the last good one", "error", err)
-				o.configured(Config{}, err)
+				o.configured(jobs.Config{}, err)
 				continue
 			}
 			cfg = merged
 		}
 		if err := o.Controller.CheckConfig(ctx, cfg); err != nil {
 			log.Error("invalid configuration; keeping the last good one", "error", err)
-			o.configured(Config{}, err)
+			o.configured(jobs.Config{}, err)
 			continue
 		}
 		if err := o.Controller.SetConfig(cfg); err != nil {
 			log.Error("invalid configuration; keeping the last good one", "error", err)
-			o.configured(Config{}, err)
+			o.configured(jobs.Config{}, err)
 			continue
 		}
 		o.configured(cfg, nil)
@@ -118,9 +125,9 @@ func watchConfig(ctx context.Context, o AgentOptions, log hclog.Logger) {
 // A blocking list wakes on any job's change, so it diffs the set and
 // signals wake when a job appears, to schedule it without waiting a whole
 // interval.
-func watchJobs(ctx context.Context, cluster Cluster, clock Clock, log hclog.Logger, wake chan<- struct{}) {
+func watchJobs(ctx context.Context, cluster jobs.Cluster, clock Clock, log hclog.Logger, wake chan<- struct{}) {
 	var index uint64
-	known := map[JobRef]bool{}
+	known := map[jobs.JobRef]bool{}
 	retry := backoff{clock: clock}
 	for ctx.Err() == nil {
 		refs, idx, err := cluster.ListJobs(ctx, index, 5*time.Minute)
@@ -130,8 +137,8 @@ func watchJobs(ctx context.Context, cluster Cluster, clock Clock, log hclog.Logg
 		}
 		retry.reset()
 		index = nextIndex(index, idx)
-		now := map[JobRef]bool{}
-		var added, gone []JobRef
+		now := map[jobs.JobRef]bool{}
+		var added, gone []jobs.JobRef
 		for _, r := range refs {
 			now[r] = true
 			if !known[r] {
@@ -163,7 +170,7 @@ const watchGap = 2 * time.Second
 
 // logJobSet logs each job of refs, or past logJobsMax of them one line
 // with the count and the first few (each job at debug level).
-func logJobSet(log hclog.Logger, msg string, refs []JobRef) {
+func logJobSet(log hclog.Logger, msg string, refs []jobs.JobRef) {
 	if len(refs) <= logJobsMax {
 		for _, r := range refs {
 			log.Info(msg, "job_id", r.String())
@@ -184,7 +191,7 @@ func logJobSet(log hclog.Logger, msg string, refs []JobRef) {
 const logJobsMax = 10
 
 // lead acquires leadership and runs rounds while holding it.
-func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) error {
+func lead(ctx context.Context, o Options, log hclog.Logger, wake <-chan struct{}) error {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -223,7 +230,7 @@ func lead(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan str
 // With a Leased leadership, rounds stop when the lease ends unrenewed; if
 // a renewal then succeeds before the term ends (a slow answer of Consul),
 // they resume in the same term.
-func leadTerm(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}, lost <-chan struct{}) {
+func leadTerm(ctx context.Context, o Options, log hclog.Logger, wake <-chan struct{}, lost <-chan struct{}) {
 	leased, hasLease := o.Leadership.(Leased)
 	for ctx.Err() == nil {
 		leadCtx, cancel := context.WithCancel(ctx)
@@ -272,7 +279,7 @@ func awaitLease(ctx context.Context, clock Clock, l Leased, lost <-chan struct{}
 	}
 }
 
-// Leased is implemented by a Leadership whose terms hold a lease
+// Leased is implemented by a jobs.Leadership whose terms hold a lease
 // (consul.Leader): LeaseEnd returns when the current term's lease ends, or
 // false when no term is held. The agent stops the term's rounds the moment
 // the lease ends without having been renewed, before the term itself is
@@ -302,7 +309,7 @@ func watchLease(ctx context.Context, l Leased, stop context.CancelFunc, log hclo
 
 // runRounds runs a round now and then every interval (or when a new job
 // appears, but at most every few seconds) until ctx ends.
-func runRounds(ctx context.Context, o AgentOptions, log hclog.Logger, wake <-chan struct{}) {
+func runRounds(ctx context.Context, o Options, log hclog.Logger, wake <-chan struct{}) {
 	for ctx.Err() == nil {
 		st, err := o.Controller.Round(ctx, true)
 		switch {
@@ -363,7 +370,7 @@ func (b *backoff) wait(ctx context.Context, log hclog.Logger, msg string, err er
 func (b *backoff) reset() { b.d = 0 }
 
 // configured reports a handled configuration document to OnConfig.
-func (o AgentOptions) configured(cfg Config, err error) {
+func (o Options) configured(cfg jobs.Config, err error) {
 	if o.OnConfig != nil {
 		o.OnConfig(cfg, err)
 	}
@@ -376,4 +383,12 @@ func nextIndex(prev, got uint64) uint64 {
 		return 0
 	}
 	return got
+}
+
+// fairnessLabel is fairness_p for the log: a number, or what unset means.
+func fairnessLabel(p float64) string {
+	if p == 0 {
+		return "policy default (-1 on one GPU type, 0.5 on several)"
+	}
+	return strconv.FormatFloat(p, 'g', -1, 64)
 }

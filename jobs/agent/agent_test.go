@@ -1,4 +1,4 @@
-package jobs_test
+package agent_test
 
 import (
 	"context"
@@ -10,7 +10,67 @@ import (
 
 	"github.com/pollux-nomad/pollux/contract"
 	"github.com/pollux-nomad/pollux/jobs"
+	"github.com/pollux-nomad/pollux/jobs/agent"
+	"github.com/pollux-nomad/pollux/jobs/jobstest"
+	"github.com/pollux-nomad/pollux/policy"
+	"github.com/pollux-nomad/pollux/policy/registry"
 )
+
+// fixture is a controller on the in-memory stand-ins, driven by a policy
+// that allocates nothing: the agent's tests are about its configuration
+// and leadership, not the rounds' decisions.
+type fixture struct {
+	t       *testing.T
+	clock   *jobstest.Clock
+	cluster *jobstest.Cluster
+	kv      *jobstest.KV
+	lock    *jobstest.Lock
+	cfg     jobs.Config
+}
+
+// idle is a policy that allocates no GPUs.
+type idle struct{}
+
+func (idle) Name() string        { return "pollux" }
+func (idle) Carry() policy.Carry { return nil }
+func (idle) Optimize(context.Context, policy.Input) (policy.Allocations, error) {
+	return policy.Allocations{}, nil
+}
+
+// newFixture returns stand-ins with the given nodes (id → GPUs), the lock
+// held.
+func newFixture(t *testing.T, nodes map[string]int) *fixture {
+	t.Helper()
+	clock := jobstest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	f := &fixture{
+		t: t, clock: clock, cluster: jobstest.NewCluster(clock), kv: jobstest.NewKV(clock),
+		lock: jobstest.NewLock(), cfg: jobs.DefaultConfig(),
+	}
+	if _, err := f.lock.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if g, ok := nodes[id]; ok {
+			f.cluster.AddNode(id, g)
+		}
+	}
+	return f
+}
+
+// controller returns a new controller instance over the fixture's
+// stand-ins, fenced by its lock.
+func (f *fixture) controller(instance string) *jobs.Controller {
+	f.t.Helper()
+	c, err := jobs.New(f.cfg, jobs.Options{
+		Cluster: f.cluster, KV: f.kv, Now: f.clock.Now, Instance: instance, Fence: f.lock.Verify,
+		NewPolicy: func(string, registry.Settings) (policy.Policy, error) { return idle{}, nil },
+		Traits:    registry.TraitsOf,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
 
 type configured struct {
 	cfg jobs.Config
@@ -36,7 +96,7 @@ func runAgent(ctx context.Context, f *fixture, c *jobs.Controller) (<-chan confi
 	configs := make(chan configured, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- jobs.RunAgent(ctx, jobs.AgentOptions{
+		done <- agent.Run(ctx, agent.Options{
 			Controller: c, Leadership: f.lock, KV: f.kv, Base: f.cfg, Clock: f.clock,
 			OnConfig: func(cfg jobs.Config, err error) { configs <- configured{cfg, err} },
 		})
