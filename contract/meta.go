@@ -62,6 +62,13 @@ const (
 	// which leader wrote it. The Nomad adapter sets it with each
 	// registration under a lease, beside the decision's keys.
 	MetaTerm = "pollux_term"
+	// MetaWrite marks the registration that wrote the job version:
+	// "<term>/<round>/<digest>", the digest a hash of the change (the
+	// placement, its GPU models and the decision's meta). Two versions
+	// with one marker are one change applied twice. After a write whose
+	// answer was lost, the Nomad adapter reads the job back and tells by
+	// this marker whether the write landed.
+	MetaWrite = "pollux_write"
 	// MetaSubmitTime is the job's first submission time, RFC 3339 (job
 	// meta, written once, with the first reallocation).
 	MetaSubmitTime = "pollux_submit_time"

@@ -63,8 +63,13 @@ func TestAgentRoundsReplayOffline(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("round %d: HTTP %d, %v", s.Round, resp.StatusCode, err)
 		}
-		if !strings.Contains(string(b), `"func"`) || !strings.Contains(string(b), `"carry"`) {
-			t.Errorf("round %d's record has no fitted model or no carry: %.300s", s.Round, b)
+		if !strings.Contains(string(b), `"func"`) {
+			t.Errorf("round %d's record has no fitted model: %.300s", s.Round, b)
+		}
+		// The first round of a term starts from no carry; every later
+		// round is handed the search's population by the one before.
+		if s.Round > 1 && !strings.Contains(string(b), `"carry"`) {
+			t.Errorf("round %d's record has no carry: %.300s", s.Round, b)
 		}
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("round-%08d.json", s.Round)), b, 0o644); err != nil {
 			t.Fatal(err)

@@ -174,6 +174,11 @@ func (c *Controller) zeroChunk(ctx context.Context, r *round, p Plan, idx []int,
 			mu.Lock()
 			outcomes = append(outcomes, KVPair{Key: stateKey(e.job.JobRef), Value: raw})
 			x.obs.Moved[s.Job] = ok
+			if !ok {
+				// Refused, or its outcome unknown: no second write of
+				// the job this round (the next round's reconcile tells).
+				x.obs.Done[s.Job] = true
+			}
 			all = all && ok
 			if ok && from == "" {
 				x.parked++

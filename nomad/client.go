@@ -3,6 +3,8 @@ package nomad
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -441,9 +443,19 @@ func (c *Client) submitTime(ctx context.Context, ref jobs.JobRef, job *api.Job) 
 			}
 			return time.Time{}, fmt.Errorf("failed to read versions of job %s: %w", ref, Classify(err, "reading versions of job "+ref.String(), NeedNamespace("read-job", ref.Namespace)))
 		}
+		// An operator's re-registration from the author's file drops
+		// pollux_submit_time, and Nomad prunes old versions: the earliest
+		// of what every kept version says (its recorded first submission,
+		// else its own submit time) survives any number of updates, since
+		// each of the controller's writes carries the key forward.
 		for _, v := range versions {
 			if t := deref(v.SubmitTime); t > 0 && t < first {
 				first = t
+			}
+			if s, ok := v.Meta[contract.MetaSubmitTime]; ok {
+				if t, err := time.Parse(time.RFC3339Nano, s); err == nil && t.UnixNano() < first {
+					first = t.UnixNano()
+				}
 			}
 		}
 	}
@@ -801,9 +813,24 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 		ctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
+	marker := writeMarker(job.Meta[contract.MetaTerm], ch)
+	job.Meta[contract.MetaWrite] = marker
 	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: ch.JobModifyIndex}
 	w := (&api.WriteOptions{Namespace: ref.Namespace}).WithContext(ctx)
 	resp, _, err := c.api.Jobs().RegisterOpts(job, opts, w)
+	if err != nil && unknownOutcome(err) {
+		// The registration may have been committed although its answer
+		// was lost (a dropped connection, a timeout, the Nomad leader
+		// lost while committing the log): never write again before the
+		// job is read back from the leader and the marker tells.
+		index, rerr := c.readBack(ctx, ref, ch.JobModifyIndex, marker, err)
+		c.cache.forget(ref)
+		if rerr != nil {
+			return 0, rerr
+		}
+		log.Warn("the registration's answer was lost, and reading the job back shows it landed", "error", err, "job_modify_index", index, "write", marker)
+		return index, nil
+	}
 	if err != nil {
 		if isConflict(err) {
 			log.Info("job changed since it was read; not applied", "read_index", ch.JobModifyIndex)
@@ -835,6 +862,83 @@ func (c *Client) Apply(ctx context.Context, ch jobs.Change) (uint64, error) {
 	}
 	log.Debug("applied placement", "placement", formatPlacement(ch.Placement), "job_modify_index", index, "eval_id", resp.EvalID)
 	return index, nil
+}
+
+// writeMarker returns the pollux_write marker of a registration:
+// "<term>/<round>/<digest>", where the digest hashes what the change
+// writes (placement, GPU models, the decision's meta), so that a vacate
+// and the placement that follows it in one round differ while one change
+// written twice does not.
+func writeMarker(term string, ch jobs.Change) string {
+	if term == "" {
+		term = "0"
+	}
+	h := sha256.New()
+	for _, p := range ch.Placement {
+		fmt.Fprintf(h, "p %s %d\n", p.Node, p.GPUs)
+	}
+	for _, m := range ch.GPUModels {
+		fmt.Fprintf(h, "m %s\n", m)
+	}
+	for _, k := range slices.Sorted(maps.Keys(ch.Meta)) {
+		fmt.Fprintf(h, "k %s=%s\n", k, ch.Meta[k])
+	}
+	return term + "/" + ch.Meta[contract.MetaRound] + "/" + hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// unknownOutcome reports whether a failed registration may nonetheless
+// have been committed: no answer at all (a transport error, a timeout),
+// or a server error (Nomad answers 500 "leadership lost while committing
+// log" for a log entry the next leader may still commit; see
+// hashicorp/raft#561). A 4xx answer is a refusal.
+func unknownOutcome(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		return ue.StatusCode() >= http.StatusInternalServerError
+	}
+	return true
+}
+
+// readBackTimeout bounds how long readBack waits for a Nomad leader that
+// answers (an election takes a few seconds).
+const readBackTimeout = 20 * time.Second
+
+// readBack decides the outcome of a registration whose answer was lost
+// (werr) by reading the job from the Nomad leader (a consistent read,
+// retried until one answers): the job's index moved and its pollux_write
+// is marker, the write landed (its index is returned); the index is still
+// readIndex, it did not land as far as the leader knows (the error says
+// so, and the caller's recorded intent leaves the last word to the next
+// round); the index moved under another marker, another write came first
+// (contract.ErrConflict).
+func (c *Client) readBack(ctx context.Context, ref jobs.JobRef, readIndex uint64, marker string, werr error) (uint64, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	log := c.log.With("job_id", ref.String(), "write", marker)
+	var last error
+	for attempt := 0; ; attempt++ {
+		job, err := c.info(rctx, ref)
+		switch {
+		case err == nil && *job.JobModifyIndex == readIndex:
+			return 0, fmt.Errorf("failed to register job %s: %w (read back from the leader: not applied)", ref, werr)
+		case err == nil && job.Meta[contract.MetaWrite] == marker:
+			return *job.JobModifyIndex, nil
+		case err == nil:
+			log.Warn("the registration's answer was lost, and the job read back was written by another", "read_index", readIndex, "job_modify_index", *job.JobModifyIndex, "job_write", job.Meta[contract.MetaWrite])
+			return 0, fmt.Errorf("failed to register job %s: %w; read back at index %d written by %q: %w", ref, werr, *job.JobModifyIndex, job.Meta[contract.MetaWrite], contract.ErrConflict)
+		case errors.Is(err, contract.ErrNotFound):
+			return 0, fmt.Errorf("failed to register job %s: %w; read back: %w", ref, werr, err)
+		}
+		last = err
+		if attempt == 0 {
+			log.Info("the registration's answer was lost; reading the job back from the leader", "error", werr)
+		}
+		select {
+		case <-rctx.Done():
+			return 0, fmt.Errorf("failed to register job %s: %w; outcome unknown: could not read it back within %v: %v", ref, werr, readBackTimeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // formatPlacement renders a placement as pollux_placement does.
