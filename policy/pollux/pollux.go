@@ -210,6 +210,14 @@ func (p *Policy) Optimize(ctx context.Context, in policy.Input) (policy.Allocati
 	p.stats.FallbackBases = pr.setup(in, order, total, cfg)
 	pr.pinnedNodes(in, pinnedNodes)
 	nSeeds := p.buildSeeds(in, order)
+	if cfg.ConfigSeed > 0 {
+		if len(pr.seeds) <= nSeeds {
+			pr.seeds = append(pr.seeds[:nSeeds], spState{})
+		}
+		if pr.configSeed(&pr.seeds[nSeeds]) {
+			nSeeds++
+		}
+	}
 	p.stats.Seeds = nSeeds
 
 	seed := cfg.Seed

@@ -230,6 +230,12 @@ type Config struct {
 	// job holding GPUs to another GPU type (typed clusters only). 0 means
 	// 1/#jobs.
 	TypeMoveProbability float64
+	// ConfigSeed starts each round's search also from an allocation
+	// chosen configuration by configuration (a GPU type and count per job,
+	// at per-type prices that make every type's demand fit; configseed.go).
+	// 0 means on with several GPU types and off with one; 1 on; a
+	// negative value off.
+	ConfigSeed int
 	// AgeWeightScale τ (seconds) and AgeWeightPower a weigh each job's
 	// term of the fitness by w_j = (τ/(τ + T_j))^a, T_j its age, so that
 	// FITNESS_p = (Σ_j w_j·(S_j + 1e−3)^p / Σ_j w_j)^(1/p). It is the
@@ -337,6 +343,7 @@ func (c Config) Resolve(r policy.Regime) Config {
 		c.StandInKnee = off // one GPU type: the artifact's linear stand-in
 	}
 	c.FirstHold = byRegime(c.FirstHold, off, off, TypedFirstHold)
+	c.ConfigSeed = int(byRegime(float64(c.ConfigSeed), off, off, 1))
 	return c
 }
 

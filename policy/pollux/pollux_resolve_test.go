@@ -21,22 +21,22 @@ func TestPolluxResolve(t *testing.T) {
 	small := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = 20, -1
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.45, 0.3, 14400
-		c.AgeWeightScale, c.StandInKnee, c.FirstHold = -1, -1, -1
+		c.AgeWeightScale, c.StandInKnee, c.FirstHold, c.ConfigSeed = -1, -1, -1, -1
 	})
 	large := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = -1, -1
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.3, 0.3, -1
-		c.AgeWeightScale, c.StandInKnee, c.FirstHold = -1, -1, -1
+		c.AgeWeightScale, c.StandInKnee, c.FirstHold, c.ConfigSeed = -1, -1, -1, -1
 	})
 	several := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = -1, 0.5
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.5, -1, -1
-		c.AgeWeightScale, c.StandInKnee, c.FirstHold = 28800, 4, 2
+		c.AgeWeightScale, c.StandInKnee, c.FirstHold, c.ConfigSeed = 28800, 4, 2, 1
 	})
 	set := pollux.Config{
 		Population: 10, Generations: 20, StallGenerations: 5, FairnessP: 1, RestartPenalty: -1,
 		RestartHysteresis: 0.2, GrowthHysteresis: 0.1, ServiceWeight: 100, AgeWeightScale: 60,
-		AgeWeightPower: 2, StandInKnee: 8, FirstHold: 1, MaxNodesPerJob: 2, Workers: 3,
+		AgeWeightPower: 2, StandInKnee: 8, FirstHold: 1, MaxNodesPerJob: 2, Workers: 3, ConfigSeed: 1,
 	}
 	setOneType := set
 	setOneType.StandInKnee = -1
