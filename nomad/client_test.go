@@ -371,6 +371,12 @@ func testApplyPlacement(t *testing.T, typ string) {
 		wantMeta := maps.Clone(j.Meta)
 		maps.Copy(wantMeta, meta)
 		wantMeta["pollux_submit_time"] = first.SubmitTime.Format(time.RFC3339Nano)
+		// The write's marker: term 0 (no lease), the change's round, a
+		// digest of the change.
+		if m := cur.Meta[contract.MetaWrite]; !strings.HasPrefix(m, "0/"+meta[contract.MetaRound]+"/") {
+			t.Errorf("%s: pollux_write %q, want 0/%s/<digest>", step.name, m, meta[contract.MetaRound])
+		}
+		wantMeta[contract.MetaWrite] = cur.Meta[contract.MetaWrite]
 		if d := cmp.Diff(wantMeta, cur.Meta); d != "" {
 			t.Errorf("%s: meta (-want +got):\n%s", step.name, d)
 		}

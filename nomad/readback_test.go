@@ -36,16 +36,22 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	forward := func() (int, []byte) {
 		req, _ := http.NewRequest(r.Method, p.target.String()+r.URL.RequestURI(), bytes.NewReader(body))
 		req.Header = r.Header.Clone()
+		req.Header.Del("Accept-Encoding") // plain bodies, passed on as they are
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return http.StatusBadGateway, []byte(err.Error())
 		}
 		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			if k != "Content-Length" {
+				w.Header()[k] = v
+			}
+		}
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	register := (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasPrefix(r.URL.Path, "/v1/job/") &&
-		strings.Count(strings.TrimPrefix(r.URL.Path, "/v1/job/"), "/") == 0
+	// api.Jobs.RegisterOpts: PUT /v1/jobs.
+	register := (r.Method == http.MethodPut || r.Method == http.MethodPost) && r.URL.Path == "/v1/jobs"
 	if register {
 		p.written.Add(1)
 		p.fault(w, forward)

@@ -52,11 +52,11 @@ func benchmarkRounds(b *testing.B, in policy.Input) *pollux.Policy {
 
 // BenchmarkPolluxTypedOptimize measures one round of the type-aware
 // Pollux on the Sia artifact's 3-type cluster (64 GPUs, 30 and 60 jobs)
-// and on it scaled 32 times (2048 GPUs, Sia's scale_32x study, 500 to 2000
+// and on it scaled 32 times (2048 GPUs, Sia's scale_32x study, 500 to 5000
 // jobs), warm as BenchmarkPolluxOptimize, on the inputs BenchmarkSiaOptimize
 // uses.
 func BenchmarkPolluxTypedOptimize(b *testing.B) {
-	for _, size := range []struct{ k, jobs int }{{1, 30}, {1, 60}, {32, 500}, {32, 1000}, {32, 2000}} {
+	for _, size := range []struct{ k, jobs int }{{1, 30}, {1, 60}, {32, 500}, {32, 1000}, {32, 2000}, {32, 5000}} {
 		b.Run(fmt.Sprintf("gpus=%d/jobs=%d", 64*size.k, size.jobs), func(b *testing.B) {
 			benchmarkRounds(b, policytest.TypedClusterInput(1, policytest.SiaCluster(size.k), size.jobs))
 		})
