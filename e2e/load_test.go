@@ -284,8 +284,8 @@ func TestLoad(t *testing.T) {
 	}
 
 	// The operator: a check-and-set edit of one of the job's own meta keys
-	// (the controller's shape kept, as `nomad job run -preserve-counts`
-	// would) about every EditEvery.
+	// on the job as it is (the controller's shape kept) about every
+	// EditEvery.
 	var edits, editConflicts, editErrors atomic.Int64
 	wg.Add(1)
 	go func() {

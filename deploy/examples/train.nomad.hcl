@@ -7,7 +7,8 @@
 # into one task group per node ("workers" = rank 0, "workers-r1", ... for the
 # others), each pinned to its node and asking for that node's GPUs; every
 # reallocation restarts the tasks, which resume from their checkpoint.
-# Re-submit with `nomad job run -preserve-counts` to keep Pollux's shape.
+# Re-submit it with a plain `nomad job run` (docs/operators.md, "Updating a
+# job"): Pollux reshapes the new version in its next round.
 #
 # The image needs Python 3 with torch, the pollux worker package installed
 # (pip install ./worker/python) and the training script in /app:
