@@ -233,8 +233,8 @@ type Config struct {
 	// ConfigSeed starts each round's search also from an allocation
 	// chosen configuration by configuration (a GPU type and count per job,
 	// at per-type prices that make every type's demand fit; configseed.go).
-	// 0 means on with several GPU types and off with one; 1 on; a
-	// negative value off.
+	// 0 means on with several GPU types and more than SmallClusterGPUs
+	// GPUs, else off; 1 on; a negative value off.
 	ConfigSeed int
 	// AgeWeightScale τ (seconds) and AgeWeightPower a weigh each job's
 	// term of the fitness by w_j = (τ/(τ + T_j))^a, T_j its age, so that
@@ -302,6 +302,7 @@ const off = -1
 // GrowthHysteresis off too unless that is set.
 func (c Config) Resolve(r policy.Regime) Config {
 	several := r.SeveralTypes()
+	seedDefault := c.ConfigSeed == 0
 	large := !several && r.GPUs > SmallClusterGPUs
 	// byRegime returns v if set (non-zero), else the default of r.
 	byRegime := func(v, small, big, typed float64) float64 {
@@ -343,7 +344,15 @@ func (c Config) Resolve(r policy.Regime) Config {
 		c.StandInKnee = off // one GPU type: the artifact's linear stand-in
 	}
 	c.FirstHold = byRegime(c.FirstHold, off, off, TypedFirstHold)
+	// The configuration seed pays where the search's budget per job no
+	// longer covers each job's choices: above SmallClusterGPUs. At the
+	// 64-GPU scale the search finds as good allocations alone, and the
+	// seed only pulls the first population toward the relaxation's
+	// (docs/evaluation.md, "Mixed fleets at scale").
 	c.ConfigSeed = int(byRegime(float64(c.ConfigSeed), off, off, 1))
+	if c.ConfigSeed == 1 && several && r.GPUs <= SmallClusterGPUs && seedDefault {
+		c.ConfigSeed = off
+	}
 	return c
 }
 

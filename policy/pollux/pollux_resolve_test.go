@@ -31,8 +31,11 @@ func TestPolluxResolve(t *testing.T) {
 	several := with(func(c *pollux.Config) {
 		c.StallGenerations, c.FairnessP = -1, 0.5
 		c.RestartHysteresis, c.GrowthHysteresis, c.ServiceWeight = 0.5, -1, -1
-		c.AgeWeightScale, c.StandInKnee, c.FirstHold, c.ConfigSeed = 28800, 4, 2, 1
+		c.AgeWeightScale, c.StandInKnee, c.FirstHold, c.ConfigSeed = 28800, 4, 2, -1
 	})
+	// Above SmallClusterGPUs the configuration seed is on.
+	severalBig := several
+	severalBig.ConfigSeed = 1
 	set := pollux.Config{
 		Population: 10, Generations: 20, StallGenerations: 5, FairnessP: 1, RestartPenalty: -1,
 		RestartHysteresis: 0.2, GrowthHysteresis: 0.1, ServiceWeight: 100, AgeWeightScale: 60,
@@ -50,7 +53,9 @@ func TestPolluxResolve(t *testing.T) {
 		"one type, 65 GPUs":          {regime: policy.Regime{GPUs: 65, Types: 1}, want: large},
 		"one type, 4096 GPUs":        {regime: policy.Regime{GPUs: 4096, Types: 1}, want: large},
 		"two types, 16 GPUs":         {regime: policy.Regime{GPUs: 16, Types: 2}, want: several},
-		"three types, 4096 GPUs":     {regime: policy.Regime{GPUs: 4096, Types: 3}, want: several},
+		"three types, 4096 GPUs":     {regime: policy.Regime{GPUs: 4096, Types: 3}, want: severalBig},
+		"three types, 64 GPUs":       {regime: policy.Regime{GPUs: 64, Types: 3}, want: several},
+		"three types, 128 GPUs":      {regime: policy.Regime{GPUs: 128, Types: 3}, want: severalBig},
 		"set knobs, several types":   {cfg: set, regime: policy.Regime{GPUs: 16, Types: 2}, want: set},
 		"set knobs, one type":        {cfg: set, regime: policy.Regime{GPUs: 16, Types: 1}, want: setOneType},
 		"set knobs, large":           {cfg: set, regime: policy.Regime{GPUs: 1024, Types: 1}, want: setOneType},
