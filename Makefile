@@ -6,7 +6,7 @@ PKGS    := ./...
 PURE    := ./contract/... ./model/... ./policy/... ./sim/... ./apps/... ./workload/... ./metrics/... ./results/...
 FUZZTIME ?= 20s
 
-.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero hetero-scale quality scale-quality load demo ci clean cloud cloud-bound
+.PHONY: help build simulate test unit deps servers train-image cluster-up cluster-down lint check bench fuzz fidelity sia-fidelity hetero hetero-scale reliability-loop quality scale-quality load demo ci clean cloud cloud-bound
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -99,6 +99,11 @@ clean:
 
 hetero: ## type-aware pollux vs sia under -rules sia: sia-philly-1..8 and sia-helios-1..10 on t4:6x4,rtx2080ti:3x8,a100:2x8, sia-philly-1..8 on t4:16x4, sia-newtrace-1..10 and five generated held-out workloads on the 3-type cluster; about 28 min (HETERO_TABLES=1,2 picks tables, HETERO_KNOBS=1 adds Sia's restrictions as pollux variants)
 	POLLUX_HETERO=1 $(GO) test -count=1 -run 'TestHetero$$' -v -timeout 120m ./sim/
+
+reliability-loop: servers ## TestThreeServers and TestApplyUnknownOutcome RUNS times in a row (default 30), stopping at the first failure; about 2.5 min a run
+	@n=$${RUNS:-30}; for i in $$(seq 1 $$n); do echo "reliability-loop: run $$i of $$n"; \
+	  scripts/with-cluster.sh $(GO) test -count=1 -timeout 20m -run 'TestThreeServers$$|TestApplyUnknownOutcome$$' ./e2e/ ./nomad/ || { echo "reliability-loop: failed on run $$i of $$n"; exit 1; }; done; \
+	  echo "reliability-loop: $$n of $$n runs passed"
 
 hetero-scale: ## type-aware pollux vs sia on held-out generated workloads at 256, 768 and 2,048 GPUs of three types (-rules sia); about 9 min
 	POLLUX_HETERO_SCALE=1 $(GO) test -count=1 -run 'TestHeteroScaleHeldOut$$' -v -timeout 60m ./sim/
