@@ -47,7 +47,9 @@ func ExampleSummarize() {
 	//   "optimize_ms_median": 200,
 	//   "optimize_ms_p95": 290,
 	//   "wall_s": 1.5,
-	//   "gpu_hours": 0
+	//   "gpu_hours": 0,
+	//   "ftf_worst": 0,
+	//   "ftf_share_above_1": 0
 	// }
 }
 

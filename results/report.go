@@ -31,6 +31,12 @@ type JobResult struct {
 	GPUSeconds float64
 	// FinalBatchSize is the total batch size the job used last.
 	FinalBatchSize int
+	// FTF is the job's finish-time fairness ρ (Themis, Mahajan et al.,
+	// NSDI '20; reported by Sia, SOSP '23): its JCT over the time it
+	// would take alone on a 1/N share of the cluster, N the mean number of
+	// jobs active during its life. ρ ≤ 1: the shared cluster served the
+	// job at least as well as its share would have. 0: not computed.
+	FTF float64
 }
 
 // JCT returns the job completion time Completion − Submitted in seconds,
@@ -128,6 +134,11 @@ type Summary struct {
 	GPUHours float64 `json:"gpu_hours"`
 	// Cost is Run.Cost, where prices were given.
 	Cost float64 `json:"cost,omitempty"`
+	// FTFWorst is the largest finish-time fairness ρ (JobResult.FTF) of
+	// the completed jobs, FTFAbove1 the share of them with ρ > 1; both 0
+	// when the run computed none (a computed ρ is positive).
+	FTFWorst  float64 `json:"ftf_worst"`
+	FTFAbove1 float64 `json:"ftf_share_above_1"`
 }
 
 // Summarize computes a run's summary statistics:
@@ -163,6 +174,7 @@ func Summarize(r Run) Summary {
 	}
 
 	var jcts []float64
+	ftfs, above := 0, 0
 	restarts := 0
 	gpuSeconds := 0.0
 	lastCompletion := math.Inf(-1)
@@ -172,9 +184,19 @@ func Summarize(r Run) Summary {
 		if j.Completed {
 			jcts = append(jcts, j.JCT())
 			lastCompletion = math.Max(lastCompletion, j.Completion)
+			if j.FTF > 0 {
+				ftfs++
+				s.FTFWorst = max(s.FTFWorst, j.FTF)
+				if j.FTF > 1 {
+					above++
+				}
+			}
 		}
 	}
 	s.Completed = len(jcts)
+	if ftfs > 0 {
+		s.FTFAbove1 = float64(above) / float64(ftfs)
+	}
 	if len(r.Jobs) > 0 {
 		s.RestartsPerJob = float64(restarts) / float64(len(r.Jobs))
 		s.GPUHoursPerJob = gpuSeconds / 3600 / float64(len(r.Jobs))

@@ -131,7 +131,7 @@ func cloneRun(r Run) Run {
 func TestSummaryJSONFields(t *testing.T) {
 	// docs/contracts.md §5: the fields of `pollux simulate -json`.
 	want := []string{
-		"avg_jct_s", "completed", "gpu_hours", "gpu_hours_per_job", "gpu_utilization", "jobs", "makespan_s",
+		"avg_jct_s", "completed", "ftf_share_above_1", "ftf_worst", "gpu_hours", "gpu_hours_per_job", "gpu_utilization", "jobs", "makespan_s",
 		"optimize_ms_median", "optimize_ms_p95", "p50_jct_s", "p99_jct_s",
 		"policy", "restarts_per_job", "rounds", "wall_s", "workload",
 	}

@@ -448,6 +448,7 @@ func (s *Simulator) Run(ctx context.Context, onRound func(Progress)) (results.Ru
 			FinalBatchSize: j.batchSize(),
 		})
 	}
+	s.finishTimeFairness(&run)
 	run.GPUHours, run.Cost = s.billing()
 	run.Autoscaled = s.cloud != nil
 	run.Wall = time.Since(start)
