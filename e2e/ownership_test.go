@@ -19,12 +19,13 @@ import (
 	"github.com/pollux-nomad/pollux/nomad"
 )
 
-// ownedMeta are the job meta keys the controller writes (docs/contracts.md §1
-// and pollux_submit_time); every other key is the author's.
+// ownedMeta are the job meta keys the controller writes (docs/contracts.md §1,
+// pollux_submit_time, and the adapter's pollux_term and pollux_write);
+// every other key is the author's.
 var ownedMeta = []string{
 	contract.MetaBatchSize, contract.MetaLocalBsz, contract.MetaAccumSteps, contract.MetaLR,
 	contract.MetaNumReplicas, contract.MetaNumNodes, contract.MetaPlacement, contract.MetaRound,
-	contract.MetaSubmitTime,
+	contract.MetaSubmitTime, contract.MetaTerm, contract.MetaWrite,
 }
 
 // richJob is a job with more than registerJob's: a constraint, group and
