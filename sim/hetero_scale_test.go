@@ -10,7 +10,6 @@ import (
 
 	"github.com/pollux-nomad/pollux/results"
 	"github.com/pollux-nomad/pollux/sim"
-	"github.com/pollux-nomad/pollux/workload"
 )
 
 // TestHeteroScaleHeldOut compares the type-aware pollux with sia under
@@ -87,5 +86,3 @@ func TestHeteroScaleHeldOut(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 }
-
-var _ = workload.Job{}
