@@ -40,8 +40,8 @@ type configOpt struct {
 	keep  bool
 }
 
-// configSeedPrices is the number of bisection steps per type and sweeps
-// over the types of configPrices.
+// configBisect and configSweeps are the bisection steps per type and the
+// sweeps over the types of configPrices.
 const (
 	configBisect = 40
 	configSweeps = 4
